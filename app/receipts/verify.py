@@ -1,0 +1,254 @@
+"""Offline verifier for receipt bundles.  No service dependency: only ``hashlib``, ``json``, ``cryptography``
+and ``rfc8785`` (through the sibling modules ``canonical``, ``keys``, ``merkle`` and ``checkpoint``).
+
+Bundle format (JSON)::
+
+    {
+      "receipts": [                      # receipt objects as served by GET /v1/receipts/{id}
+        {... receipt members ..., "key_id": "...", "signature": "<base64>",
+         "proof": {"leaf_index": 7, "tree_size": 12, "hashes": ["<base64>", ...],   # leaf to root
+                   "checkpoint": {origin, tree_size, root_hash, timestamp, key_id, signature}}}
+      ],
+      "consistency": {                   # optional: proves the log only grew between two checkpoints
+        "from": {checkpoint}, "to": {checkpoint}, "hashes": ["<base64>", ...]
+      }
+    }
+
+A receipt may also be given as its JSON *text*; the text is then parsed strictly (duplicate member names,
+NaN/Infinity rejected).
+
+What is checked, per receipt ``i`` (check names ``receipt[i].<check>``):
+
+* ``canonical``: the receipt has an RFC 8785 canonical form, and re-serialising the parsed canonical form
+  gives the same bytes (so every verifier derives the same signed bytes and leaf from this receipt).
+* ``key``: ``key_id`` is a trusted key and, if the receipt has ``issued_at``, the key was valid then.
+* ``signature``: Ed25519 over the canonical JSON without ``signature`` and ``proof``.
+* ``checkpoint``: the checkpoint is signed by a trusted key valid at its timestamp and has the expected origin
+  (``expected_origin``, else ``olu/<tenant_id>`` when the receipt names a tenant).
+* ``inclusion``: leaf = ``SHA-256(0x00 || canonical JSON with signature, without proof)``;
+  ``proof.leaf_index`` equals the receipt's ``log_index``; ``proof.tree_size`` equals the checkpoint's; the
+  audit path leads to the checkpoint's root (RFC 9162 §2.1.3.2).
+
+And for ``consistency``: both checkpoints verify, share the origin, and the proof verifies (RFC 9162 §2.1.4.2).
+
+Usage: ``python -m app.receipts.verify bundle.json keys.json`` (keys.json = the ``GET /v1/keys`` answer or a
+list of its entries); exit status 0 iff every check passed.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from .canonical import CanonicalJSONError, canonical_json, receipt_leaf_bytes, receipt_signing_bytes
+from .checkpoint import checkpoint_problems, tenant_origin
+from .keys import PublicKeyEntry, b64decode_strict, parse_utc, verify_with_public_keys
+from .merkle import HASH_SIZE, leaf_hash, verify_consistency, verify_inclusion
+
+__all__ = ["Check", "VerificationReport", "verify_bundle", "verify_receipt", "main"]
+
+
+class Check(NamedTuple):
+    check: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class VerificationReport:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True iff there was at least one check and all passed."""
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    def add(self, check: str, ok: bool, detail: str = "") -> bool:
+        self.checks.append(Check(check, bool(ok), detail))
+        return bool(ok)
+
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def __str__(self) -> str:
+        lines = [f"{'PASS' if c.ok else 'FAIL'}  {c.check}: {c.detail}" for c in self.checks]
+        lines.append("VERIFIED" if self.ok else "NOT VERIFIED")
+        return "\n".join(lines)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _pairs_no_dupes(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate member {k!r}")
+        out[k] = v
+    return out
+
+
+def _strict_loads(text: str | bytes) -> Any:
+    return json.loads(text, object_pairs_hook=_pairs_no_dupes, parse_constant=_reject_constant)
+
+
+def _decode_hashes(hashes: Any) -> list[bytes]:
+    if not isinstance(hashes, list):
+        raise ValueError("hashes must be a list")
+    out = [b64decode_strict(h) for h in hashes]
+    if any(len(h) != HASH_SIZE for h in out):
+        raise ValueError("every hash must be 32 bytes")
+    return out
+
+
+def _key_id_of(entry: Any) -> Any:
+    if isinstance(entry, PublicKeyEntry):
+        return entry.key_id
+    return entry.get("key_id") if isinstance(entry, Mapping) else None
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def verify_receipt(receipt: Any, trusted_public_keys: Sequence[Mapping[str, Any] | PublicKeyEntry],
+                   report: VerificationReport, name: str = "receipt",
+                   expected_origin: str | None = None) -> None:
+    """Append the checks of one receipt (with its ``proof``) to ``report``."""
+    # canonical form
+    try:
+        if isinstance(receipt, (str, bytes)):
+            receipt = _strict_loads(receipt)
+        if not isinstance(receipt, Mapping):
+            raise ValueError("receipt is not a JSON object")
+        body = {k: v for k, v in receipt.items() if k != "proof"}
+        canon = canonical_json(body)
+        if canonical_json(_strict_loads(canon)) != canon:
+            raise ValueError("canonical form is not stable under re-serialisation")
+        signed = receipt_signing_bytes(receipt)
+        leaf = receipt_leaf_bytes(receipt)
+    except (CanonicalJSONError, ValueError) as exc:
+        report.add(f"{name}.canonical", False, str(exc))
+        return
+    report.add(f"{name}.canonical", True, f"{len(signed)} signed bytes")
+
+    # key and signature
+    key_id, sig, issued = receipt.get("key_id"), receipt.get("signature"), receipt.get("issued_at")
+    known = [e for e in trusted_public_keys if _key_id_of(e) == key_id]
+    if not isinstance(key_id, str) or not known:
+        report.add(f"{name}.key", False, f"key_id {key_id!r} is not a trusted key")
+        report.add(f"{name}.signature", False, "no trusted key to verify with")
+    else:
+        at = None
+        if isinstance(issued, str):
+            try:
+                parse_utc(issued)
+                at = issued
+            except ValueError:
+                pass
+        # validity window: verify with the time first, then without, to tell the two failures apart
+        in_window = verify_with_public_keys(known, key_id, signed, sig, at=at) if isinstance(sig, str) else False
+        sig_ok = verify_with_public_keys(known, key_id, signed, sig) if isinstance(sig, str) else False
+        report.add(f"{name}.key", in_window or not sig_ok,
+                   f"trusted key {key_id}" + ("" if in_window or not sig_ok else f" not valid at {issued}"))
+        report.add(f"{name}.signature", sig_ok, "Ed25519 signature valid" if sig_ok else "bad signature")
+
+    # checkpoint
+    proof = receipt.get("proof")
+    if not isinstance(proof, Mapping):
+        report.add(f"{name}.checkpoint", False, "receipt has no proof")
+        report.add(f"{name}.inclusion", False, "receipt has no proof")
+        return
+    cp = proof.get("checkpoint")
+    problems = checkpoint_problems(cp, trusted_public_keys)
+    origin = expected_origin
+    if origin is None and isinstance(receipt.get("tenant_id"), str):
+        origin = tenant_origin(receipt["tenant_id"])
+    if not problems and origin is not None and cp["origin"] != origin:
+        problems = [f"origin {cp['origin']!r} is not the expected {origin!r}"]
+    report.add(f"{name}.checkpoint", not problems, "; ".join(problems) or f"signed by {cp['key_id']}")
+
+    # inclusion
+    try:
+        idx, size = proof.get("leaf_index"), proof.get("tree_size")
+        if not (_int(idx) and _int(size)):
+            raise ValueError("leaf_index and tree_size must be integers")
+        if "log_index" in receipt and receipt["log_index"] != idx:
+            raise ValueError(f"proof.leaf_index {idx} != receipt log_index {receipt['log_index']!r}")
+        if not isinstance(cp, Mapping) or cp.get("tree_size") != size:
+            raise ValueError("proof.tree_size differs from the checkpoint's tree_size")
+        root = b64decode_strict(cp.get("root_hash"))
+        hashes = _decode_hashes(proof.get("hashes"))
+        ok = verify_inclusion(leaf_hash(leaf), idx, size, hashes, root)
+        report.add(f"{name}.inclusion", ok,
+                   f"leaf {idx} in tree of size {size}" if ok else "audit path does not lead to the root")
+    except (ValueError, TypeError) as exc:
+        report.add(f"{name}.inclusion", False, str(exc))
+
+
+def _verify_consistency(c: Any, keys: Sequence[Any], report: VerificationReport,
+                        expected_origin: str | None) -> None:
+    if not isinstance(c, Mapping):
+        report.add("consistency", False, "consistency is not an object")
+        return
+    a, b = c.get("from"), c.get("to")
+    for label, cp in (("from", a), ("to", b)):
+        probs = checkpoint_problems(cp, keys)
+        if not probs and expected_origin is not None and cp["origin"] != expected_origin:
+            probs = [f"origin {cp['origin']!r} is not the expected {expected_origin!r}"]
+        report.add(f"consistency.{label}_checkpoint", not probs, "; ".join(probs) or "signature valid")
+    try:
+        if not (isinstance(a, Mapping) and isinstance(b, Mapping)):
+            raise ValueError("missing checkpoints")
+        if a.get("origin") != b.get("origin"):
+            raise ValueError("checkpoints are from different logs (origins differ)")
+        m, n = a.get("tree_size"), b.get("tree_size")
+        if not (_int(m) and _int(n)):
+            raise ValueError("tree sizes must be integers")
+        ok = verify_consistency(m, n, b64decode_strict(a.get("root_hash")), b64decode_strict(b.get("root_hash")),
+                                _decode_hashes(c.get("hashes")))
+        report.add("consistency.proof", ok, f"tree {n} extends tree {m}" if ok else "consistency proof invalid")
+    except (ValueError, TypeError) as exc:
+        report.add("consistency.proof", False, str(exc))
+
+
+def verify_bundle(bundle: Mapping[str, Any], trusted_public_keys: Sequence[Mapping[str, Any] | PublicKeyEntry],
+                  *, expected_origin: str | None = None) -> VerificationReport:
+    """Verify every receipt and the optional consistency proof of ``bundle``; never raises on bad input."""
+    report = VerificationReport()
+    if isinstance(trusted_public_keys, Mapping):  # a GET /v1/keys answer
+        trusted_public_keys = trusted_public_keys.get("keys", [])
+    keys = list(trusted_public_keys) if isinstance(trusted_public_keys, (list, tuple)) else []
+    if not isinstance(bundle, Mapping):
+        report.add("bundle", False, "bundle is not an object")
+        return report
+    receipts = bundle.get("receipts", [])
+    if not isinstance(receipts, list) or (not receipts and "consistency" not in bundle):
+        report.add("bundle", False, "bundle has no receipts and no consistency proof")
+        return report
+    for i, r in enumerate(receipts):
+        verify_receipt(r, keys, report, f"receipt[{i}]", expected_origin)
+    if "consistency" in bundle:
+        _verify_consistency(bundle["consistency"], keys, report, expected_origin)
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 2:
+        print("usage: python -m app.receipts.verify BUNDLE.json KEYS.json", file=sys.stderr)
+        return 2
+    with open(argv[0], "rb") as f:
+        bundle = _strict_loads(f.read())
+    with open(argv[1], "rb") as f:
+        keys = _strict_loads(f.read())
+    report = verify_bundle(bundle, keys)
+    print(report)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
