@@ -1,0 +1,370 @@
+"""Active online learning-unlearning: OGD, and at a deletion a few projected-GD steps, then Gaussian noise.
+
+Two variants (hyperparameter ``variant``), both on a mu-strongly convex, beta-smooth regularised loss, with
+GD step eta_gd = 2/(beta+mu) whose contraction really is gamma = (beta-mu)/(beta+mu) (pitfall P13):
+
+``single`` (default; paper 000 Algorithm 2, digest §2.7)
+    I_i steps of projected GD on ONE retained *anchor* example: the first retained example of the current block
+    (tau_{i-1}, tau_i] other than the one being forgotten.  I_i is App. C.1's
+    ceil((omega log i + 2 log tau + 2 log L) / (2 log(1/gamma))), capped by ``max_gd_steps``.
+``two_phase`` (derived from paper 001 Algorithm 2, digest §2.6 and §5.2)
+    I_1 + I_2 steps of projected GD on the *average* loss of the retained examples (phase 1 runs on retained
+    data only, so it coincides with phase 2 and the A_j term is 0), I_1 = ceil(log(mu D tau / L)/log(1/gamma)),
+    I_2 = ceil((1 + omega) log(i)/log(1/gamma)) (the paper's 2.2 log k with omega = 1.2 and k -> i, since k is
+    unknown online), capped by ``max_gd_steps``.  Gradients are streamed over ``retained.chunks``.
+
+Noise (both): the shift the forgotten example can still cause after the GD phase is the corrected
+a_i = gamma^{I_i} * Gamma_OGD(u, tau) * eta_u * L (pitfall P12; I_i the number of steps actually run), and
+sigma_i = sqrt(omega i^omega / (2 (omega - 1) rho)) * a_i, so the per-deletion Renyi charge is
+rho (omega - 1)/(omega i^omega) and the cumulative charge never exceeds rho: (alpha, alpha*rho)-OLU.
+
+Block restriction.  Both proofs need tau_{i-1} < u_i <= tau_i (the forgotten example arrived after the previous
+deletion event; hence at most one deletion per block; with the step convention of digest §2.0, the example
+consumed at step tau_{i-1} belongs to the previous block).  A deletion that violates it is certified by the
+*fallback*: passive noise (omega series, same i) with the shift of that record propagated by the OGD contraction
+Gamma_OGD(u, tau) (GD phases contract by gamma^I <= 1, so ignoring them is an upper bound), plus the terms its
+presence in earlier GD phases added, which the reference run (that never saw it) did not have:
+  * single:    if the record was the anchor of an earlier phase j, the two runs descended on different examples
+               there; the only bound is the diameter: a = D * Gamma_OGD(tau_j, tau).
+  * two_phase: each earlier phase j whose average contained it adds
+               eta_gd * (2L/n_j) * min(I_j, 1/(1-gamma)) * Gamma_OGD(tau_j, tau); a is capped at D.
+Several steps in one forget request are sequential events at the same tau (at most the first can be active);
+every step the request names is kept out of its GD phases, because only the state after the whole request is
+published and its reference run masks all of them.
+Certificate details say which path was taken (``fallback`` = 1.0, ``diameter_bound`` = 1.0 when the diameter
+bound was used).  A block with no other retained example has no anchor: I_i = 0, i.e. passive noise.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Collection, Mapping, Sequence
+
+import numpy as np
+
+from .base import ModelSpec, RetainedData, SpecError, Unlearner
+from .certificate import Certificate
+from .domain import project_l2_ball
+from .losses import augment
+from .noise import NoiseSource
+from .passive import GUARANTEE_WORDS
+from .retrain import CHUNK_SIZE, OGDIterate, check_forget_steps, ogd_recompute
+from .schedules import CappedStronglyConvex, Schedule
+
+SCHEDULES = ("strongly_convex_capped",)
+VARIANTS = ("single", "two_phase")
+DEFAULT_MAX_GD_STEPS = 2000
+# Materialise the retained set for the GD phase only while it stays below this many floats (else re-stream).
+CACHE_FLOATS = 4_000_000
+
+
+class ActiveOLU(OGDIterate, Unlearner):
+    algorithm = "active_olu"
+    accounting = "omega_series"
+    needs_retained_data = True
+    supports_retrain = True
+    guarantee_definition = "(alpha, alpha*rho)-OLU for all alpha > 1"
+    guarantee_words = GUARANTEE_WORDS  # the same (alpha, alpha rho)-OLU statement as passive OLU
+
+    def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
+        super().__init__(spec, noise)
+        hp = self.normalize_hyperparameters(spec)
+        self.hp = hp
+        self.variant: str = hp["variant"]
+        self.declare_loss(hp)
+        self.D = 2.0 * spec.domain_radius
+        self.omega = float(hp["omega"])
+        self.max_gd_steps = int(hp["max_gd_steps"])
+        self.schedule: Schedule = CappedStronglyConvex(self.mu, self.beta)
+        self.eta_gd = 2.0 / (self.beta + self.mu)
+        self.gamma_gd = (self.beta - self.mu) / (self.beta + self.mu)
+        self.chunk_size = CHUNK_SIZE
+        self._reset(t=0)
+
+    def _reset(self, t: int) -> None:
+        self.theta = np.zeros(self.spec.dim + 1)  # data-independent start in K
+        self.t = t
+        self.n_deletions = 0
+        self.n_fallbacks = 0
+        self.rho_spent = 0.0
+        self.last_tau = 0          # tau_{i-1}: time of the previous deletion event (0 before any)
+        self.epoch = 0
+        # one row per GD phase actually run: time, steps, anchor step (single) and size of the GD set
+        self.phase_tau: list[int] = []
+        self.phase_steps: list[int] = []
+        self.phase_anchor: list[int] = []
+        self.phase_size: list[int] = []
+
+    @classmethod
+    def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
+        hp = dict(spec.hyperparameters)
+        unknown = set(hp) - {"variant", "schedule", "omega", "max_gd_steps", "huber_delta"}
+        if unknown:
+            raise SpecError(f"unknown hyperparameters for {cls.algorithm}: {', '.join(sorted(unknown))}")
+        hp.setdefault("variant", "single")
+        if hp["variant"] not in VARIANTS:
+            raise SpecError(f"variant must be one of {', '.join(VARIANTS)}")
+        hp.setdefault("schedule", "strongly_convex_capped")
+        if hp["schedule"] not in SCHEDULES:
+            raise SpecError(f"schedule must be one of {', '.join(SCHEDULES)}")
+        hp.setdefault("omega", 1.2)
+        try:
+            omega = float(hp["omega"])
+        except (TypeError, ValueError):
+            raise SpecError("omega must be a number > 1") from None
+        if not (omega > 1.0 and math.isfinite(omega)):
+            raise SpecError("omega must be a number > 1")
+        hp["omega"] = omega
+        hp.setdefault("max_gd_steps", DEFAULT_MAX_GD_STEPS)
+        m = hp["max_gd_steps"]
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 0 <= int(m) <= 1_000_000:
+            raise SpecError("max_gd_steps must be an integer in [0, 1000000]")
+        hp["max_gd_steps"] = int(m)
+        if spec.loss == "huber":
+            hp.setdefault("huber_delta", 1.0)
+        if not spec.l2 > 0:
+            raise SpecError(f"{cls.algorithm} needs l2 > 0 (strong convexity mu = l2)")
+        return hp
+
+    # ---- state ----------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {
+            "theta": self.theta.copy(), "t": self.t, "n_deletions": self.n_deletions, "n_fallbacks": self.n_fallbacks,
+            "rho_spent": self.rho_spent, "last_tau": self.last_tau, "epoch": self.epoch,
+            "phase_tau": np.asarray(self.phase_tau, dtype=np.int64),
+            "phase_steps": np.asarray(self.phase_steps, dtype=np.int64),
+            "phase_anchor": np.asarray(self.phase_anchor, dtype=np.int64),
+            "phase_size": np.asarray(self.phase_size, dtype=np.int64),
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.theta = self.stored_theta(state)
+        self.t = int(state["t"])
+        self.n_deletions = int(state["n_deletions"])
+        self.n_fallbacks = int(state["n_fallbacks"])
+        self.rho_spent = float(state["rho_spent"])
+        self.last_tau = int(state["last_tau"])
+        self.epoch = int(state["epoch"])
+        cols = [np.asarray(state[k], dtype=np.int64).reshape(-1).tolist()
+                for k in ("phase_tau", "phase_steps", "phase_anchor", "phase_size")]
+        if len({len(c) for c in cols}) != 1:
+            raise ValueError("stored GD-phase arrays have different lengths")
+        self.phase_tau, self.phase_steps, self.phase_anchor, self.phase_size = cols
+
+    @property
+    def step(self) -> int:
+        return self.t
+
+    def published(self) -> np.ndarray:
+        return self.theta.copy()  # always the post-noise iterate (P4)
+
+    def constants(self) -> dict[str, float]:
+        return {"L": self.L, "beta": self.beta, "mu": self.mu, "D": self.D}
+
+    def accounting_params(self) -> dict[str, Any]:
+        return {"accounting": "omega_series", "rho_budget": self.spec.rho, "delta": self.spec.delta,
+                "omega": self.omega, "cap": None}
+
+    def ledger(self) -> dict[str, Any]:
+        return {"accounting": self.accounting, "rho_spent": self.rho_spent, "rho_budget": self.spec.rho,
+                "capacity_total": None, "capacity_left": None, "deletions": self.n_deletions}
+
+    # ---- public quantities ------------------------------------------------------------------------
+    def ogd_gamma(self, u: int, tau: int) -> float:
+        return math.exp(self.schedule.log_gamma_sum(u, tau))
+
+    def noise_multiplier(self, i: int) -> float:
+        """sqrt(omega i^omega / (2 (omega - 1) rho)): 000 Alg. 2 line 13 (with omega i^omega, P12)."""
+        w = self.omega
+        return math.sqrt(w * i**w / (2.0 * (w - 1.0) * self.spec.rho))
+
+    def charge(self, i: int) -> float:
+        """The omega-series charge a_i^2/(2 sigma_i^2) = rho (omega - 1)/(omega i^omega)."""
+        w = self.omega
+        return self.spec.rho * (w - 1.0) / (w * i**w)
+
+    def planned_gd_steps(self, i: int, tau: int) -> int:
+        """I_i from public quantities, capped by ``max_gd_steps``."""
+        g = self.gamma_gd
+        if g <= 0.0:
+            return min(1, self.max_gd_steps)
+        log_inv = -math.log(g)
+        if self.variant == "single":  # 000 App. C.1
+            raw = (self.omega * math.log(i) + 2.0 * math.log(tau) + 2.0 * math.log(self.L)) / (2.0 * log_inv)
+            n = max(0, math.ceil(raw))
+        else:  # 001 Thm 6: I_1 >= log_{1/gamma}(mu D tau / L), I_2 >= (1 + omega) log_{1/gamma}(i)
+            i1 = max(0, math.ceil(math.log(self.mu * self.D * tau / self.L) / log_inv))
+            i2 = max(0, math.ceil((1.0 + self.omega) * math.log(i) / log_inv))
+            n = i1 + i2
+        return min(n, self.max_gd_steps)
+
+    def active_shift(self, u: int, tau: int, gd_steps: int) -> tuple[float, float, float]:
+        """(Delta_u, Gamma_OGD(u, tau), a = gamma^I Gamma_OGD(u, tau) Delta_u): the corrected shift (P12)."""
+        delta_u = self.schedule.eta(u) * self.L
+        G = self.ogd_gamma(u, tau)
+        return delta_u, G, self.gamma_gd**gd_steps * G * delta_u
+
+    def fallback_shift(self, u: int, tau: int, n_phases: int | None = None) -> tuple[float, float, float, bool]:
+        """(Delta_u, Gamma_OGD(u, tau), a, diameter_bound_used) for a deletion outside the block restriction.
+
+        Only the first ``n_phases`` GD phases can have used the record (later ones belong to the current forget
+        request, which keeps every step it names out of its GD phases).
+        """
+        n = len(self.phase_tau) if n_phases is None else n_phases
+        delta_u = self.schedule.eta(u) * self.L
+        G = self.ogd_gamma(u, tau)
+        a = delta_u * G
+        if self.variant == "single":
+            anchored = [j for j, v in enumerate(self.phase_anchor[:n]) if v == u]
+            if anchored:  # the two runs descended on different examples at that phase: only the diameter bounds it
+                return delta_u, G, self.D * self.ogd_gamma(self.phase_tau[anchored[-1]], tau), True
+            return delta_u, G, a, False
+        cap_steps = 1.0 / (1.0 - self.gamma_gd)
+        for tau_j, I_j, n_j in zip(self.phase_tau[:n], self.phase_steps[:n], self.phase_size[:n]):
+            if tau_j >= u and n_j > 0:  # the record was in that phase's average, the reference's was not
+                a += self.eta_gd * (2.0 * self.L / n_j) * min(I_j, cap_steps) * self.ogd_gamma(tau_j, tau)
+        if a >= self.D:
+            return delta_u, G, self.D, True
+        return delta_u, G, a, False
+
+    # ---- the GD phase -----------------------------------------------------------------------------
+    def find_anchor(self, retained: RetainedData, start: int, end: int, exclude: Collection[int]) -> tuple[int, np.ndarray, float] | None:
+        """The first retained example with step in [start, end] not in ``exclude``: (step, x_aug, y)."""
+        for s in range(start, end + 1):
+            if s in exclude:
+                continue
+            try:
+                X, y = retained.get([s])
+            except KeyError:
+                continue
+            return s, augment(np.asarray(X, dtype=np.float64).reshape(1, -1))[0], float(y[0])
+        return None
+
+    def gd_on_anchor(self, theta: np.ndarray, x_aug: np.ndarray, label: float, steps: int) -> np.ndarray:
+        R = self.spec.domain_radius
+        for _ in range(steps):
+            theta = project_l2_ball(theta - self.eta_gd * self.loss.grad(theta, x_aug, label), R)
+        return theta
+
+    def gd_on_average(self, theta: np.ndarray, retained: RetainedData, exclude: Collection[int], steps: int) -> tuple[np.ndarray, int]:
+        """``steps`` projected GD steps on the average regularised loss of the retained examples; (theta, n)."""
+        exclude = set(exclude)
+        cache: list[tuple[np.ndarray, np.ndarray]] | None = []
+        n, floats = 0, 0
+        for _, X, y in retained.chunks(self.chunk_size, exclude=exclude):
+            n += len(y)
+            floats += X.size
+            if cache is not None:
+                cache.append((augment(np.asarray(X, dtype=np.float64)), np.asarray(y, dtype=np.float64)))
+                if floats > CACHE_FLOATS:
+                    cache = None
+        if n == 0:
+            return theta, 0
+        R = self.spec.domain_radius
+
+        def batches():
+            if cache is not None:
+                yield from cache
+            else:
+                for _, X, y in retained.chunks(self.chunk_size, exclude=exclude):
+                    yield augment(np.asarray(X, dtype=np.float64)), np.asarray(y, dtype=np.float64)
+
+        for _ in range(steps):
+            total = np.zeros_like(theta)
+            for Xa, y in batches():
+                total += Xa.T @ self.loss.residual(Xa @ theta, y)
+            grad = total / n + self.mu * theta
+            theta = project_l2_ball(theta - self.eta_gd * grad, R)
+        return theta, n
+
+    def run_phase(self, retained: RetainedData, block_start: int, tau: int, exclude: Collection[int],
+                  gd_steps: int) -> tuple[int, int, int]:
+        """Run the GD phase on self.theta; returns (steps actually run, anchor step or 0, GD-set size)."""
+        if gd_steps <= 0:
+            return 0, 0, 0
+        if self.variant == "single":
+            found = self.find_anchor(retained, block_start, tau, exclude)
+            if found is None:
+                return 0, 0, 0
+            anchor, x_aug, label = found
+            self.theta = self.gd_on_anchor(self.theta, x_aug, label, gd_steps)
+            return gd_steps, anchor, 1
+        theta, n = self.gd_on_average(self.theta, retained, exclude, gd_steps)
+        if n == 0:
+            return 0, 0, 0
+        self.theta = theta
+        return gd_steps, 0, n
+
+    # ---- unlearning -------------------------------------------------------------------------------
+    def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
+        steps = check_forget_steps(steps, self.t, retained, self.algorithm)
+        certs = []
+        tau = self.t
+        # Every step named in the request stays out of its GD phases: the only state published is the one after
+        # the whole request, whose reference run masks all of them (so anchors / averages agree with it).
+        named = set(steps)
+        n_phases_before = len(self.phase_tau)
+        for u in steps:  # several deletions at one tau: sequential events, each with its own i (P9)
+            i = self.n_deletions + 1
+            block_start = self.last_tau + 1
+            details: dict[str, float] = {"omega": self.omega, "block_start": float(block_start), "gamma_gd": self.gamma_gd,
+                                         "eta_gd": self.eta_gd}
+            if u >= block_start:  # tau_{i-1} < u <= tau_i: the active path
+                planned = self.planned_gd_steps(i, tau)
+                I, anchor, n_set = self.run_phase(retained, block_start, tau, named, planned)
+                delta_u, G, a = self.active_shift(u, tau, I)
+                if I > 0:
+                    self.phase_tau.append(tau)
+                    self.phase_steps.append(I)
+                    self.phase_anchor.append(anchor)
+                    self.phase_size.append(n_set)
+                details.update(fallback=0.0, diameter_bound=0.0, gd_steps=float(I), gd_steps_planned=float(planned),
+                               anchor_step=float(anchor), gd_set_size=float(n_set))
+            else:  # block restriction violated: certified passive fallback
+                delta_u, G, a, diam = self.fallback_shift(u, tau, n_phases_before)
+                self.n_fallbacks += 1
+                details.update(fallback=1.0, diameter_bound=1.0 if diam else 0.0, gd_steps=0.0)
+            sigma = self.noise_multiplier(i) * a
+            rho_i = self.charge(i)
+            if sigma > 0.0:
+                self.theta = self.apply_noise(sigma)
+            self.n_deletions = i
+            self.rho_spent += rho_i
+            self.last_tau = tau
+            details.update(Delta_u=delta_u, Gamma=G)
+            certs.append(Certificate(learned_step=u, forgotten_step=tau, deletion_index=i, mechanism="gaussian",
+                                     sigma=sigma, sensitivity=a, rho=rho_i, details=details))
+        return certs
+
+    def apply_noise(self, sigma: float) -> np.ndarray:
+        """theta <- Pi_K(theta + N(0, sigma^2 I)): noise into the state, then projection (P4, P5)."""
+        xi = self.noise.standard_normal(self.theta.shape[0])
+        return project_l2_ball(self.theta + sigma * xi, self.spec.domain_radius)
+
+    def replay_event(self, cert: Certificate, retained: RetainedData) -> None:
+        """The reference run's copy of a deletion event (coupled replay): the same mechanism on the masked data.
+
+        The GD phase uses the reference's *own* anchor / retained set (the first retained example of the same
+        block, or the average of what it retains), the same number of steps and the same noise scale.
+        """
+        d = cert.details
+        if not d.get("fallback", 0.0):
+            I = int(d["gd_steps"])
+            if I > 0:
+                self.run_phase(retained, int(d["block_start"]), cert.forgotten_step, (), I)
+        if cert.sigma > 0.0:
+            self.theta = self.apply_noise(cert.sigma)
+        self.last_tau = cert.forgotten_step
+
+    def retrain(self, retained: RetainedData) -> None:
+        """Exact retrain (OGD from 0 over the retained examples, clock kept): a new ledger epoch.
+
+        The recomputed state depends on no forgotten record, and on a retained record only through its OGD
+        shift, so the omega series, the block structure and the GD-phase history all restart.
+        """
+        t, epoch = self.t, self.epoch
+        theta = ogd_recompute(self.loss, self.schedule, self.spec.domain_radius, self.spec.dim, retained,
+                              upto=self.t, chunk_size=self.chunk_size)
+        self._reset(t=t)
+        self.theta = theta
+        self.last_tau = t
+        self.epoch = epoch + 1

@@ -1,0 +1,268 @@
+"""The engine contract (ARCHITECTURE.md §3): one small interface every algorithm implements.
+
+The engine is pure numpy: no I/O, no web framework, no SQL.  The service talks to an
+``Unlearner`` only through the methods below and never branches on algorithm names.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Collection, Iterator, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from .certificate import Certificate
+from .noise import NoiseSource, SecureGaussianNoise
+
+# Inputs may exceed a declared bound by this relative amount (float round-off of a client that
+# normalised its vectors); the public constants are computed with the bound inflated by the same
+# factor, so every certified constant stays true.
+BOUND_TOLERANCE = 1e-9
+
+
+class SpecError(ValueError):
+    """The model specification or its hyperparameters are invalid."""
+
+
+class InputError(ValueError):
+    """Examples violate the declared bounds (wrong shape, non-finite, out of bounds)."""
+
+    def __init__(self, message: str, *, index: int | None = None, code: str = "out-of-bounds-input"):
+        super().__init__(message)
+        self.index = index
+        self.code = code
+
+
+class CapacityExhausted(RuntimeError):
+    """The model cannot certify another deletion; it needs an exact retrain."""
+
+
+class ForgetError(ValueError):
+    """A forget request names steps the engine cannot forget (never learned, already forgotten)."""
+
+
+class NotDeletable(ForgetError):
+    """The record was learned at a step the certified analysis does not cover (pitfall P3: an expansive early
+    step of an uncapped schedule).  Nothing was changed; the model needs a restart or an exact retrain."""
+
+    def __init__(self, message: str, *, steps: Sequence[int] = ()):
+        super().__init__(message)
+        self.steps = tuple(int(s) for s in steps)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Immutable, public description of a model.  Everything the engine certifies derives from it."""
+
+    algorithm: str
+    loss: str
+    dim: int
+    x_norm: float
+    y_abs: float
+    domain_radius: float
+    l2: float
+    epsilon: float
+    delta: float
+    rho: float  # zCDP budget the (epsilon, delta) target was calibrated to (app.privacy)
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+
+    def with_hyperparameters(self, hp: Mapping[str, Any]) -> "ModelSpec":
+        return ModelSpec(**{**self.__dict__, "hyperparameters": dict(hp)})
+
+
+class RetainedData(Protocol):
+    """Access to the examples a data-holding family keeps (``needs_retained_data``).
+
+    It reflects the store as it is when the engine is called: during ``forget(steps, retained)`` the examples
+    being forgotten are still in it (the service erases them after the engine returns, in the same
+    transaction), so engines that recompute must pass ``exclude=steps``.  During ``learn`` it holds the
+    examples learned before this call, not the new ones.  Large sets are streamed in chunks.
+    """
+
+    def __len__(self) -> int: ...
+
+    def get(self, steps: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(X, y) of the examples learned at ``steps``, in that order (KeyError if one is not held)."""
+        ...
+
+    def chunks(self, size: int, exclude: Collection[int] = ()) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Yield (steps, X, y) chunks of at most ``size`` examples in step order, skipping ``exclude``."""
+        ...
+
+
+class ArrayRetained:
+    """In-memory ``RetainedData`` over arrays (tests, replay, and client-supplied examples)."""
+
+    def __init__(self, steps: Any, X: Any, y: Any):
+        order = np.argsort(np.asarray(steps, dtype=np.int64).reshape(-1), kind="stable")
+        self.steps = np.asarray(steps, dtype=np.int64).reshape(-1)[order]
+        X = np.asarray(X, dtype=np.float64)
+        X = X.reshape(len(self.steps), -1) if len(self.steps) else X.reshape(0, X.shape[-1] if X.ndim == 2 else 0)
+        self.X = X[order]
+        self.y = np.asarray(y, dtype=np.float64).reshape(-1)[order]
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def get(self, steps: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.searchsorted(self.steps, np.asarray(steps, dtype=np.int64))
+        if len(idx) and (idx.max() >= len(self.steps) or not np.array_equal(self.steps[idx], np.asarray(steps))):
+            raise KeyError("some steps are not retained")
+        return self.X[idx], self.y[idx]
+
+    def chunks(self, size: int, exclude: Collection[int] = ()) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        keep = ~np.isin(self.steps, np.fromiter(exclude, dtype=np.int64, count=len(exclude)))
+        s, X, y = self.steps[keep], self.X[keep], self.y[keep]
+        for start in range(0, len(s), size):
+            yield s[start : start + size], X[start : start + size], y[start : start + size]
+
+
+State = dict[str, "np.ndarray | int | float"]
+
+
+class Unlearner(ABC):
+    """A certified learner-unlearner.
+
+    Subclasses set the class attributes and implement the abstract methods.  ``state()`` must round-trip
+    exactly through ``from_state``; it holds only named float64/int64 arrays and Python numbers.
+    """
+
+    algorithm: ClassVar[str]
+    accounting: ClassVar[str]  # "omega_series" | "per_update" | "capacity"
+    needs_retained_data: ClassVar[bool] = False
+    # True when forget() needs the deleted records' (x, y) although the service keeps no data: the client sends
+    # them with the unlearn request (the service checks them against a MAC stored at learn time)
+    needs_deletion_features: ClassVar[bool] = False
+    guarantee_definition: ClassVar[str]
+    guarantee_words: ClassVar[str]
+
+    def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
+        self.spec = spec
+        self.noise: NoiseSource = noise if noise is not None else SecureGaussianNoise()
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
+        """Validate ``spec.hyperparameters`` and return them with every default filled in."""
+        return dict(spec.hyperparameters)
+
+    @classmethod
+    def from_state(cls, spec: ModelSpec, state: Mapping[str, Any], noise: NoiseSource | None = None) -> "Unlearner":
+        engine = cls(spec, noise)
+        engine.load_state(state)
+        return engine
+
+    @abstractmethod
+    def load_state(self, state: Mapping[str, Any]) -> None: ...
+
+    @abstractmethod
+    def state(self) -> State: ...
+
+    # ---- the contract -------------------------------------------------------------------
+    @abstractmethod
+    def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:
+        """Consume validated examples in order; return the step assigned to each.
+
+        ``retained`` (data-holding families only) holds the examples learned before this call.
+        """
+
+    @abstractmethod
+    def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
+        """Remove the influence of the examples learned at ``steps``; one certificate each."""
+
+    @abstractmethod
+    def published(self) -> np.ndarray:
+        """The only parameters that ever leave the engine: weights followed by the bias (d + 1)."""
+
+    @property
+    @abstractmethod
+    def step(self) -> int: ...
+
+    @abstractmethod
+    def constants(self) -> dict[str, float]:
+        """Public constants L, beta, mu, D derived from the spec (never from data)."""
+
+    @abstractmethod
+    def ledger(self) -> dict[str, Any]:
+        """Public accounting: rho_spent, rho_budget, capacity_total, capacity_left, deletions."""
+
+    supports_retrain: ClassVar[bool] = False
+
+    def accounting_params(self) -> dict[str, Any] | None:
+        """Parameters of the ledger policy in ``app.privacy`` that this model's Gaussian certificates must fit
+        (``{"accounting": "omega_series" | "capacity", ...}``), so that the service can check every charge
+        independently of the engine; None for families whose guarantee is not an additive zCDP budget."""
+        return None
+
+    def retrain(self, retained: RetainedData) -> None:
+        """Exact retrain on the retained examples: a new ledger epoch (data-holding families)."""
+        raise NotImplementedError(f"{self.algorithm} keeps no data to retrain on")
+
+    # ---- shared helpers -----------------------------------------------------------------
+    def declare_loss(self, hp: Mapping[str, Any], extra_mu: float = 0.0) -> None:
+        """Set ``loss`` and its public constants L, beta, mu from the declared bounds (never from data);
+        ``extra_mu`` adds a surrogate's own regulariser (000 Thm 3.4)."""
+        from .losses import make_loss  # losses imports this module
+
+        spec = self.spec
+        self.loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2 + extra_mu, hp)
+        self.L = self.loss.lipschitz
+        self.beta = self.loss.smoothness
+        self.mu = self.loss.mu
+
+    def stored_theta(self, state: Mapping[str, Any], key: str = "theta") -> np.ndarray:
+        """A parameter vector from a stored state, checked against the model dimension (d + 1)."""
+        theta = np.asarray(state[key], dtype=np.float64)
+        if theta.shape != (self.spec.dim + 1,):
+            raise ValueError("stored parameters do not match the model dimension")
+        return theta.copy()
+
+    @property
+    def status(self) -> str:
+        """"ready", or "retrain_required" once the model can certify no further deletion."""
+        return "ready"
+
+    def validate_examples(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+        return validate_examples(self.spec, self.loss, X, y)
+
+    def predict_scores(self, X: np.ndarray) -> np.ndarray:
+        theta = self.published()
+        return X @ theta[:-1] + theta[-1]
+
+    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(predictions, scores) from the published parameters only."""
+        scores = self.predict_scores(X)
+        return self.loss.predict(scores), self.loss.score_output(scores)
+
+
+def validate_examples(spec: ModelSpec, loss: Any, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Reject inputs that would void the Lipschitz constant before they touch the state."""
+    try:
+        X = np.asarray(X, dtype=np.float64)
+    except ValueError:  # ragged rows (feature vectors of different lengths)
+        raise InputError(f"features must have dimension {spec.dim}", code="invalid-dimension") from None
+    y = np.asarray(y, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != spec.dim:
+        raise InputError(f"features must have dimension {spec.dim}", code="invalid-dimension")
+    if y.shape != (X.shape[0],):
+        raise InputError("one label per example is required", code="invalid-dimension")
+    bad = ~np.isfinite(X).all(axis=1) | ~np.isfinite(y)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InputError(f"example {i} has a non-finite feature or label", index=i)
+    norms = np.linalg.norm(X, axis=1)
+    over = norms > spec.x_norm * (1.0 + BOUND_TOLERANCE)
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        raise InputError(f"example {i} has feature norm {norms[i]:.6g} above the declared bound x_norm={spec.x_norm}", index=i)
+    return X, loss.normalize_labels(y)
+
+
+def log_product(values: np.ndarray) -> float:
+    with np.errstate(divide="ignore"):
+        return float(np.sum(np.log(values)))
+
+
+def isclose_or_less(a: float, b: float) -> bool:
+    return a <= b or math.isclose(a, b, rel_tol=1e-12)

@@ -1,0 +1,161 @@
+"""Compiled inner loop for passive OLU's per-example OGD steps (optional; numba).
+
+``PassiveOLU.learn`` runs one projected OGD step per example:
+
+    g_t     = l'(theta . x~_t, y_t) x~_t + mu theta          (x~ = (x, 1); losses.Loss.grad)
+    theta_t = Pi_K(theta_{t-1} - eta_t g_t)                    (K = L2 ball of radius R; domain.project_l2_ball)
+
+In numpy each step costs a handful of small-array allocations and Python calls (~10 us), which dominates the
+service's learn path.  ``ogd_steps`` runs the same recursion in one compiled loop.  It is used only for the
+schedules whose step size is a public function of the clock alone (``strongly_convex_capped``,
+``strongly_convex``, ``convex_constant``, ``regularized_convex``): eta_t is computed with the very same
+floating-point expression as ``schedules.py``, so the certified constants (L, beta, mu, Delta_t, Gamma) are
+untouched.  The adaptive schedule (data-dependent steps) and reference runs with an ``eta_script`` keep the numpy
+loop.
+
+Results agree with the numpy loop to round-off (the dot products are summed in a different order):
+``tests/test_fast_path.py`` checks <= 1e-12 on random streams.  Without numba (or with ``OLU_NUMBA=0`` in the
+environment) ``available()`` is False and the numpy loop runs; nothing else changes.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+
+import numpy as np
+
+from .losses import Loss
+from .schedules import CappedStronglyConvex, ConstantStep, Schedule, StronglyConvex
+
+LOSS_CODES = {"logistic": 0, "squared": 1, "huber": 2}
+
+try:  # pragma: no cover - depends on the environment
+    if os.environ.get("OLU_NUMBA", "1").strip().lower() in ("0", "false", "no", "off"):
+        raise ImportError("disabled by OLU_NUMBA=0")
+    import numba
+    _IMPORT_ERROR: str | None = None
+except ImportError as e:  # pragma: no cover - depends on the environment
+    numba = None
+    _IMPORT_ERROR = str(e)
+
+_kernel = None
+enabled = True  # benchmarks and tests switch the compiled path off with ``set_enabled(False)``
+
+
+def _py_ogd_steps(theta, X, y, clock0, cap, t_switch, mu_sched, loss_code, mu, huber_delta, radius):
+    """The kernel's source (compiled by numba; also runnable as plain Python for debugging)."""
+    n, d = X.shape
+    eta = math.nan
+    for i in range(n):
+        t = clock0 + i + 1
+        # schedules.py: CappedStronglyConvex.eta / StronglyConvex.eta / ConstantStep.eta, same expressions
+        if t < t_switch:
+            eta = cap
+        else:
+            eta = 1.0 / (mu_sched * t)
+        s = theta[d]  # the bias times the augmented feature 1
+        for j in range(d):
+            s += X[i, j] * theta[j]
+        if loss_code == 0:
+            r = 0.5 * (1.0 + math.tanh(0.5 * s)) - y[i]
+        else:
+            r = s - y[i]
+            if loss_code == 2:
+                if r > huber_delta:
+                    r = huber_delta
+                elif r < -huber_delta:
+                    r = -huber_delta
+        sq = 0.0
+        for j in range(d):
+            v = theta[j] - eta * (r * X[i, j] + mu * theta[j])
+            theta[j] = v
+            sq += v * v
+        v = theta[d] - eta * (r + mu * theta[d])
+        theta[d] = v
+        sq += v * v
+        norm = math.sqrt(sq)
+        if norm > radius:
+            f = radius / norm
+            for j in range(d + 1):
+                theta[j] = theta[j] * f
+    return eta
+
+
+def _compile():
+    global _kernel
+    if _kernel is None:
+        try:
+            _kernel = numba.njit(cache=True, nogil=True)(_py_ogd_steps)
+            _kernel(np.zeros(2), np.zeros((1, 1)), np.zeros(1), 0, 1.0, 2, 1.0, 0, 0.1, 1.0, 1.0)
+        except Exception:  # pragma: no cover - e.g. no writable cache directory: compile without caching
+            _kernel = numba.njit(nogil=True)(_py_ogd_steps)
+    return _kernel
+
+
+_warm_lock = threading.Lock()
+_warming = False
+
+
+def warm_up_async() -> None:
+    """Compile (or load from numba's cache) the kernel in a background thread, once per process, so that the first
+    learn request does not pay for it.  A no-op without numba."""
+    global _warming
+    if numba is None:
+        return
+    with _warm_lock:
+        if _warming:
+            return
+        _warming = True
+    threading.Thread(target=_compile_locked, name="olu-numba-warm-up", daemon=True).start()
+
+
+def _compile_locked():
+    with _warm_lock:
+        return _compile()
+
+
+def available() -> bool:
+    """Whether the compiled loop can run (numba importable and not disabled)."""
+    return numba is not None and enabled
+
+
+def unavailable_reason() -> str | None:
+    return None if numba is not None else f"numba is not importable ({_IMPORT_ERROR})"
+
+
+def set_enabled(flag: bool) -> bool:
+    """Switch the compiled path on or off (benchmarks, equality tests); returns the previous setting."""
+    global enabled
+    previous, enabled = enabled, bool(flag)
+    return previous
+
+
+def schedule_params(schedule: Schedule) -> tuple[float, int, float] | None:
+    """(cap, t_switch, mu_sched): eta_t = cap if t < t_switch else 1/(mu_sched t); None if not expressible."""
+    if type(schedule) is CappedStronglyConvex:
+        return schedule.cap, int(schedule.t0), schedule.mu
+    if type(schedule) is StronglyConvex:
+        return 0.0, 0, schedule.mu
+    if type(schedule) is ConstantStep:
+        return schedule.step_size, 2**62, 1.0
+    return None
+
+
+def ogd_steps(theta: np.ndarray, X: np.ndarray, y: np.ndarray, clock0: int, schedule: Schedule, loss,
+              radius: float) -> float:
+    """Run len(X) projected OGD steps on ``theta`` in place (clock of the first step: clock0 + 1).
+
+    X holds the raw (not augmented) features.  Returns eta of the last step.  Callers check ``supported`` first.
+    """
+    cap, t_switch, mu_sched = schedule_params(schedule)
+    kernel = _kernel if _kernel is not None else _compile_locked()
+    return float(kernel(theta, np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(y, dtype=np.float64),
+                        int(clock0), float(cap), int(t_switch), float(mu_sched), LOSS_CODES[loss.name],
+                        float(loss.mu), float(loss.huber_delta), float(radius)))
+
+
+def supported(schedule: Schedule, loss) -> bool:
+    # only the library's own losses (tests substitute other loss objects, which keep the numpy loop)
+    return (available() and type(loss) is Loss and loss.name in LOSS_CODES
+            and schedule_params(schedule) is not None)

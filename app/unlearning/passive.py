@@ -1,0 +1,383 @@
+"""Passive online learning-unlearning: OGD, and Gaussian noise into the state at each deletion.
+
+Paper 000/001 Algorithm 1 in the service form of digest §2.3.  A record learned at step u and forgotten after
+step tau can still shift the iterate by at most a = Delta_u * Gamma(u, tau) (Delta_u = eta_u L, Gamma the product
+of the per-step contractions after u).  The i-th deletion adds N(0, sigma_i^2 I) to the state with
+
+  allocation "omega_series" (default): sigma_i = sqrt(omega i^omega / (2 (omega - 1) rho)) * a_i, charge
+      rho_i = a_i^2/(2 sigma_i^2) = rho (omega - 1)/(omega i^omega), summing to at most rho over any number of
+      deletions (000 Thm 3.1, Lemma B.3);
+  allocation "uniform" (known cap k = max_deletions): sigma_i = sqrt(k / (2 rho)) * a_i, charge rho/k; deletion
+      k + 1 raises CapacityExhausted and the model reports status "retrain_required" (digest §6 [eng]).
+
+Either way the published sequence is (alpha, alpha*rho)-OLU for every alpha > 1.
+
+Schedules (hyperparameter ``schedule``; digest §2.4):
+  strongly_convex_capped  eta_t = min(1/(mu t), 2/(beta + mu)); every record deletable (default).
+  strongly_convex         eta_t = 1/(mu t); records with u <= 1/2 + beta/(2 mu) raise NotDeletable (000 Thm 3.3).
+  convex_constant         constant eta <= 2/beta (``eta``, default 1/beta); gamma = 1 when l2 = 0; l2 = 0 allowed.
+  regularized_convex      000 Thm 3.4: OGD on f + (lambda/2)||z||^2, lambda = sqrt(log T + 2k)/sqrt(T) from
+                          ``horizon`` T and ``max_deletions`` k; strongly convex schedule with mu = l2 + lambda,
+                          L + lambda R, beta + lambda (P15).  ``capped`` (default true) caps the step at
+                          2/(beta + mu) so every record is deletable; capped=false is the paper's schedule with
+                          the rule u > 1/2 + beta/(2 mu).
+  adaptive                AdaGrad-norm eta_t = D/sqrt(p(t)), p(t) = p0 + sum ||grad||^2 (001 Thm 4 / 000 Thm 3.5),
+                          ``p0`` (default L^2), gamma = 1; ``capped`` (default true) clips eta at 2/beta so every
+                          record is deletable, capped=false enforces eta_u <= 2/beta (p(u) >= beta^2 D^2/4).
+                          Gradient norms are treated as public (the step sizes are stored in the state).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import fast
+from .base import CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, Unlearner
+from .certificate import Certificate
+from .domain import project_l2_ball
+from .losses import augment, make_loss
+from .noise import NoiseSource
+from .schedules import Adaptive, CappedStronglyConvex, ConstantStep, Schedule, StronglyConvex
+
+SCHEDULES = ("strongly_convex_capped", "strongly_convex", "convex_constant", "regularized_convex", "adaptive")
+ALLOCATIONS = ("omega_series", "uniform")
+
+# hyperparameters each schedule accepts beyond the common ones
+_SCHEDULE_KEYS = {
+    "strongly_convex_capped": set(),
+    "strongly_convex": set(),
+    "convex_constant": {"eta"},
+    "regularized_convex": {"horizon", "capped"},
+    "adaptive": {"p0", "capped"},
+}
+_COMMON_KEYS = {"schedule", "allocation", "omega", "max_deletions", "huber_delta"}
+
+GUARANTEE_WORDS = (
+    "Everything the model publishes from the deletion on is statistically almost indistinguishable "
+    "(Renyi divergence at most alpha*rho for every order alpha, i.e. the stated (epsilon, delta)) from what "
+    "the same algorithm would have published had the record never been learned."
+)
+ADAPTIVE_WORDS = GUARANTEE_WORDS + (
+    " The adaptive step sizes depend on the norms of the training gradients; as in the paper, these norms "
+    "(and so the step-size sequence) are treated as public, and the comparison run uses the same step sizes."
+)
+
+
+def _number(hp: dict, key: str, what: str) -> float:
+    try:
+        v = float(hp[key])
+    except (TypeError, ValueError):
+        raise SpecError(f"{key} must be {what}") from None
+    if not math.isfinite(v):
+        raise SpecError(f"{key} must be {what}")
+    return v
+
+
+def _positive_int(hp: dict, key: str, why: str) -> int:
+    if key not in hp:
+        raise SpecError(f"{key} is required {why}")
+    v = hp[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or int(v) < 1:
+        raise SpecError(f"{key} must be a positive integer")
+    return int(v)
+
+
+def regularization_lambda(horizon: int, max_deletions: int) -> float:
+    """000 Thm 3.4: lambda = sqrt(log T + 2k) / sqrt(T)."""
+    return math.sqrt(math.log(horizon) + 2.0 * max_deletions) / math.sqrt(horizon)
+
+
+class PassiveOLU(Unlearner):
+    algorithm = "passive_olu"
+    accounting = "omega_series"
+    guarantee_definition = "(alpha, alpha*rho)-OLU for all alpha > 1"
+    guarantee_words = GUARANTEE_WORDS
+
+    def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
+        super().__init__(spec, noise)
+        hp = self.normalize_hyperparameters(spec)
+        self.hp = hp
+        self.schedule_name = hp["schedule"]
+        self.reg_lambda = 0.0
+        if self.schedule_name == "regularized_convex":
+            self.reg_lambda = regularization_lambda(hp["horizon"], hp["max_deletions"])
+        # the surrogate's extra (lambda/2)||z||^2 enters the loss, so L, beta and mu all carry it (P15)
+        self.declare_loss(hp, extra_mu=self.reg_lambda)
+        self.allocation = hp["allocation"]
+        self.omega = float(hp.get("omega", 0.0))
+        self.capacity = int(hp["max_deletions"]) if self.allocation == "uniform" else None
+        if self.allocation == "uniform":
+            self.accounting = "capacity"
+        if self.schedule_name == "adaptive":
+            self.guarantee_words = ADAPTIVE_WORDS
+        self.schedule: Schedule = self._make_schedule()
+        self.theta = np.zeros(spec.dim + 1)  # data-independent start in K
+        self.t = 0
+        self.epoch_start = 0  # the schedule's clock runs on t - epoch_start (restarts move it; 0 otherwise)
+        self.n_deletions = 0
+        self.n_charged = 0    # Gaussian deletions in the current ledger epoch (the series / capacity index)
+        self.rho_spent = 0.0
+        self.eta_script: Any = None  # reference runs only: global step -> public eta of the actual run (adaptive)
+        self.last_eta = math.nan
+
+    def _make_schedule(self) -> Schedule:
+        name, hp = self.schedule_name, self.hp
+        if name == "strongly_convex_capped":
+            return CappedStronglyConvex(self.mu, self.beta)
+        if name == "strongly_convex":
+            return StronglyConvex(self.mu, self.beta)
+        if name == "regularized_convex":
+            return (CappedStronglyConvex if hp["capped"] else StronglyConvex)(self.mu, self.beta)
+        if name == "convex_constant":
+            return ConstantStep(float(hp["eta"]), self.mu, self.beta)
+        if name == "adaptive":
+            return Adaptive(2.0 * self.spec.domain_radius, self.beta, float(hp["p0"]), bool(hp["capped"]))
+        raise SpecError(f"unknown schedule {name!r}")  # pragma: no cover - normalize_hyperparameters rejects it
+
+    @classmethod
+    def allowed_keys(cls, schedule: str) -> set[str]:
+        return _COMMON_KEYS | _SCHEDULE_KEYS[schedule]
+
+    @classmethod
+    def default_schedule(cls) -> str:
+        return "strongly_convex_capped"
+
+    @classmethod
+    def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
+        hp = dict(spec.hyperparameters)
+        hp.setdefault("schedule", cls.default_schedule())
+        if hp["schedule"] not in SCHEDULES:
+            raise SpecError(f"schedule must be one of {', '.join(SCHEDULES)}")
+        schedule = hp["schedule"]
+        unknown = set(hp) - cls.allowed_keys(schedule)
+        if unknown:
+            raise SpecError(f"unknown hyperparameters for {cls.algorithm} with schedule {schedule}: "
+                            f"{', '.join(sorted(unknown))}")
+        hp.setdefault("allocation", "omega_series")
+        if hp["allocation"] not in ALLOCATIONS:
+            raise SpecError(f"allocation must be one of {', '.join(ALLOCATIONS)}")
+        if hp["allocation"] == "omega_series":
+            hp.setdefault("omega", 1.5 if schedule == "adaptive" else 1.2)  # the proofs' choices
+            omega = _number(hp, "omega", "a number > 1")
+            if not omega > 1.0:
+                raise SpecError("omega must be a number > 1")
+            hp["omega"] = omega
+        elif "omega" in hp:
+            raise SpecError("omega applies only to allocation omega_series")
+        needed_by = [why for why, needed in (("allocation uniform", hp["allocation"] == "uniform"),
+                                             ("schedule regularized_convex", schedule == "regularized_convex"),
+                                             (cls.algorithm, cls.needs_max_deletions())) if needed]
+        if needed_by:
+            hp["max_deletions"] = _positive_int(hp, "max_deletions", "for " + " and ".join(needed_by))
+        elif "max_deletions" in hp:
+            hp["max_deletions"] = _positive_int(hp, "max_deletions", "")
+        if schedule == "regularized_convex":
+            hp["horizon"] = _positive_int(hp, "horizon", "for schedule regularized_convex")
+            if hp["horizon"] < 2:
+                raise SpecError("horizon must be at least 2")
+        if schedule in ("regularized_convex", "adaptive"):
+            hp.setdefault("capped", cls.default_capped())
+            if not isinstance(hp["capped"], bool):
+                raise SpecError("capped must be true or false")
+        if spec.loss == "huber":
+            hp.setdefault("huber_delta", 1.0)
+        if schedule in ("strongly_convex_capped", "strongly_convex"):
+            if not spec.l2 > 0:
+                raise SpecError(f"schedule {schedule} needs l2 > 0 (strong convexity mu = l2)")
+        elif not spec.l2 >= 0:
+            raise SpecError("l2 must be >= 0")
+        if schedule in ("convex_constant", "adaptive"):  # defaults resolved against the public constants
+            loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp)
+            if schedule == "convex_constant":
+                if hp.get("eta") is None:
+                    hp["eta"] = 1.0 / loss.smoothness
+                eta = _number(hp, "eta", "a positive number <= 2/beta")
+                if not 0.0 < eta <= 2.0 / loss.smoothness:
+                    raise SpecError(f"eta must satisfy 0 < eta <= 2/beta = {2.0 / loss.smoothness:.6g} "
+                                    "(non-expansive steps, 001 Cor. 1)")
+                hp["eta"] = eta
+            else:
+                if hp.get("p0") is None:
+                    hp["p0"] = loss.lipschitz**2
+                p0 = _number(hp, "p0", "a positive number")
+                if not p0 > 0:
+                    raise SpecError("p0 must be a positive number (pitfall P11: p(0) = 0 gives an infinite step)")
+                hp["p0"] = p0
+        return hp
+
+    @classmethod
+    def needs_max_deletions(cls) -> bool:
+        return False
+
+    @classmethod
+    def default_capped(cls) -> bool:
+        return True
+
+    # ---- state ----------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"theta": self.theta.copy(), "t": self.t, "n_deletions": self.n_deletions,
+                               "rho_spent": self.rho_spent}
+        if self.n_charged != self.n_deletions:
+            out["n_charged"] = self.n_charged
+        out.update(self.schedule.state())
+        return out
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.theta = self.stored_theta(state)
+        self.t = int(state["t"])
+        self.n_deletions = int(state["n_deletions"])
+        self.n_charged = int(state.get("n_charged", self.n_deletions))
+        self.rho_spent = float(state["rho_spent"])
+        self.schedule.load_state(state)
+
+    @property
+    def data_dependent_steps(self) -> bool:
+        """True when the step sizes depend on the data (adaptive): replay then feeds the actual run's public
+        step sizes to the reference runs through ``eta_script``."""
+        return isinstance(self.schedule, Adaptive)
+
+    @property
+    def step(self) -> int:
+        return self.t
+
+    def published(self) -> np.ndarray:
+        # OGD is Markovian (C1): the state is the output; it always holds the post-noise iterate (P4).
+        return self.theta.copy()
+
+    def constants(self) -> dict[str, float]:
+        out = {"L": self.L, "beta": self.beta, "mu": self.mu, "D": 2.0 * self.spec.domain_radius}
+        if self.schedule_name == "regularized_convex":
+            out["lambda"] = self.reg_lambda
+        if isinstance(self.schedule, ConstantStep):
+            out["eta"] = self.schedule.step_size
+        return out
+
+    def accounting_params(self) -> dict[str, Any]:
+        # omega-series charges rho (omega-1)/(omega i^omega); the uniform allocation is its capped form rho/k
+        return {"accounting": "omega_series", "rho_budget": self.spec.rho, "delta": self.spec.delta,
+                "omega": self.omega if self.allocation == "omega_series" else 1.2, "cap": self.capacity}
+
+    def ledger(self) -> dict[str, Any]:
+        return {
+            "accounting": self.accounting,
+            "rho_spent": self.rho_spent,
+            "rho_budget": self.spec.rho,
+            "capacity_total": self.capacity,
+            "capacity_left": None if self.capacity is None else max(0, self.capacity - self.n_charged),
+            "deletions": self.n_deletions,
+        }
+
+    @property
+    def status(self) -> str:
+        if self.capacity is not None and self.n_charged >= self.capacity:
+            return "retrain_required"
+        return "ready"
+
+    # ---- learning ---------------------------------------------------------------------------------
+    def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        first = self.t + 1
+        theta, R = self.theta, self.spec.domain_radius
+        adaptive = isinstance(self.schedule, Adaptive)
+        if len(y) and not adaptive and self.eta_script is None and fast.supported(self.schedule, self.loss):
+            # the same OGD recursion in one compiled loop (app/unlearning/fast.py); eta_t as in schedules.py
+            theta = theta.copy()
+            self.last_eta = fast.ogd_steps(theta, X, y, self.t - self.epoch_start, self.schedule, self.loss, R)
+            self.t += len(y)
+            self.theta = theta
+            return np.arange(first, self.t + 1, dtype=np.int64)
+        Xa = augment(X)
+        for x_aug, label in zip(Xa, y):
+            self.t += 1
+            g = self.loss.grad(theta, x_aug, label)
+            if adaptive:
+                if self.eta_script is not None:  # reference run: the actual run's public step sizes
+                    eta = float(self.eta_script[self.t])
+                    self.schedule.append(eta)
+                else:
+                    eta = self.schedule.next_eta(float(g @ g))
+            else:
+                eta = self.schedule.eta(self.t - self.epoch_start)
+            self.last_eta = eta
+            theta = project_l2_ball(theta - eta * g, R)  # 000 §2.3, OGD step
+        self.theta = theta
+        return np.arange(first, self.t + 1, dtype=np.int64)
+
+    def skip(self, n: int = 1) -> None:
+        """Advance the clock without an update (the reference run's skip symbol; the clock is kept, P7)."""
+        for _ in range(n):
+            self.t += 1
+            if isinstance(self.schedule, Adaptive):
+                eta = self.eta_script[self.t] if self.eta_script is not None else self.schedule.current_eta()
+                self.schedule.append(eta)
+
+    # ---- unlearning -------------------------------------------------------------------------------
+    def log_gamma(self, u: int, tau: int) -> float:
+        """log Gamma(u, tau) on the schedule's clock of the current epoch (global steps in, public only)."""
+        return self.schedule.log_gamma_sum(u - self.epoch_start, tau - self.epoch_start)
+
+    def shift_bound(self, u: int, tau: int) -> tuple[float, float, float]:
+        """(Delta_u, Gamma(u, tau), a = Delta_u Gamma(u, tau)) from public quantities only."""
+        delta_u = self.schedule.eta(u - self.epoch_start) * self.L
+        gamma = math.exp(self.log_gamma(u, tau))
+        return delta_u, gamma, delta_u * gamma
+
+    def noise_multiplier(self, i: int) -> float:
+        """sigma_i / a_i.  omega series: sqrt(omega i^omega / (2 (omega - 1) rho)) (000 Alg. 1, line 5 with
+        eps_alg = rho); uniform: sqrt(k / (2 rho))."""
+        if self.allocation == "uniform":
+            return math.sqrt(self.capacity / (2.0 * self.spec.rho))
+        w = self.omega
+        return math.sqrt(w * i**w / (2.0 * (w - 1.0) * self.spec.rho))
+
+    def _check_steps(self, steps: Sequence[int]) -> None:
+        for u in steps:
+            if not 1 <= u <= self.t:
+                raise ForgetError(f"step {u} was never learned by this model")
+
+    def _precheck(self, steps: list[int]) -> None:
+        """Refuse the whole request before anything changes (atomic): uncovered steps, exhausted capacity."""
+        bad = [u for u in steps if not self.schedule.deletable(u - self.epoch_start)]
+        if bad:
+            raise NotDeletable(
+                f"records learned at steps {bad} precede the schedule's deletable region "
+                f"({self.schedule.name}: pitfall P3); forgetting them needs a restart or an exact retrain", steps=bad)
+        if self.capacity is not None and self.n_charged + len(steps) > self.capacity:
+            raise CapacityExhausted(
+                f"the model can certify {max(0, self.capacity - self.n_charged)} more deletion(s) "
+                f"(max_deletions={self.capacity}); an exact retrain is required")
+
+    def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
+        steps = [int(s) for s in steps]
+        self._check_steps(steps)
+        self._precheck(steps)
+        tau = self.t
+        # several deletions at one tau: sequentially, each with its own i and noise (P9)
+        return [self._gaussian_forget(u, tau) for u in steps]
+
+    def _gaussian_forget(self, u: int, tau: int) -> Certificate:
+        i = self.n_charged + 1
+        delta_u, gamma, a = self.shift_bound(u, tau)
+        sigma = self.noise_multiplier(i) * a
+        rho_i = a * a / (2.0 * sigma * sigma) if sigma > 0 else 0.0
+        self.theta = self.apply_noise(sigma)
+        self.n_charged = i
+        self.n_deletions += 1
+        self.rho_spent += rho_i
+        details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i)}
+        if self.allocation == "omega_series":
+            details["omega"] = self.omega
+        else:
+            details["capacity"] = float(self.capacity)
+        return Certificate(
+            learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism="gaussian",
+            sigma=sigma, sensitivity=a, rho=rho_i, details=details,
+        )
+
+    def apply_noise(self, sigma: float) -> np.ndarray:
+        """theta <- Pi_K(theta + N(0, sigma^2 I)): noise into the state, then projection (P4, P5)."""
+        xi = self.noise.standard_normal(self.theta.shape[0])
+        return project_l2_ball(self.theta + sigma * xi, self.spec.domain_radius)

@@ -1,0 +1,161 @@
+"""Schedule-robust passive OLU with restart (000 Algorithm 3, digest §2.5).
+
+A forget request for a record learned at (epoch-local) step u, processed after (epoch-local) step tau, is served
+with passive Gaussian noise (``PassiveOLU``) when
+
+    tau / u^2 <= c * sqrt(log tau + 2 k) / (L^2 * d * k^2.2)         (k = max_deletions, d = dim + 1)
+
+and the record is deletable under the epoch's schedule; otherwise the model **restarts**: the iterate is
+re-drawn from a data-independent distribution (N(0, (R/2)^2/(d) I) projected onto K, drawn from the noise source),
+the schedule clock restarts (local t = 1 at the next example, adaptive p back to p0), and every earlier state is
+discarded.  The new state is independent of everything learned before the restart, so the restart is an exact
+forget (certificate mechanism "exact", sigma = rho = 0), and so is every later forget of a record learned before
+the current epoch started.  Because outputs after a restart do not depend on pre-restart data, a restart also
+opens a new ledger epoch: the series index, rho_spent and (uniform allocation) the capacity start afresh; the
+global deletion counter and the global step numbering keep running.  With uniform allocation an exhausted
+capacity triggers a restart instead of CapacityExhausted, so this model never needs a retrain.
+
+Inside epochs the default schedule is the paper's (000 Cor. 3.6 builds on Thm 3.4): ``regularized_convex``
+uncapped, i.e. eta = 1/(lambda_eff t) on f + (lambda/2)||z||^2, lambda = sqrt(log T + 2k)/sqrt(T) (requires
+``horizon``).  Early records of an epoch (u <= 1/2 + beta/(2 mu)) are then not deletable by noise, and their
+forgets restart the model.  Any passive schedule may be chosen; ``capped`` defaults to false here.
+
+The tau and u of the test are epoch-local (each epoch is an independent game of length T_e in the proof of
+Cor. 3.6).  ``c`` (default 1.0) is the paper's unspecified constant: larger c restarts less often (more noise).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+
+from .base import ModelSpec, RetainedData, SpecError
+from .certificate import Certificate
+from .domain import project_l2_ball
+from .noise import NoiseSource
+from .passive import GUARANTEE_WORDS, PassiveOLU, _number
+
+ADAPTIVE_NOTE = (
+    "The adaptive step sizes depend on the norms of the training gradients; as in the paper, these norms are "
+    "treated as public, and the comparison run uses the same step sizes."
+)
+RESTART_WORDS = GUARANTEE_WORDS + (
+    " When a forget request would need too much noise, the model instead restarts from a fresh random state "
+    "that does not depend on any earlier data: everything learned before the restart, including the record, is "
+    "then forgotten exactly."
+)
+
+
+class PassiveOLURestart(PassiveOLU):
+    algorithm = "passive_olu_restart"
+    guarantee_definition = "(alpha, alpha*rho)-OLU for all alpha > 1; restarts are exact"
+    guarantee_words = RESTART_WORDS
+
+    def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
+        super().__init__(spec, noise)
+        if self.schedule_name == "adaptive":
+            self.guarantee_words = RESTART_WORDS + " " + ADAPTIVE_NOTE
+        self.c = float(self.hp["c"])
+        self.k_tilde = int(self.hp["max_deletions"])
+        self.n_restarts = 0
+
+    @classmethod
+    def default_schedule(cls) -> str:
+        return "regularized_convex"
+
+    @classmethod
+    def default_capped(cls) -> bool:
+        return False
+
+    @classmethod
+    def needs_max_deletions(cls) -> bool:
+        return True
+
+    @classmethod
+    def allowed_keys(cls, schedule: str) -> set[str]:
+        return super().allowed_keys(schedule) | {"c"}
+
+    @classmethod
+    def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
+        hp = super().normalize_hyperparameters(spec)
+        hp.setdefault("c", 1.0)
+        c = _number(hp, "c", "a positive number")
+        if not c > 0:
+            raise SpecError("c must be a positive number")
+        hp["c"] = c
+        return hp
+
+    # ---- state ----------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        out = super().state()
+        out["n_charged"] = self.n_charged
+        out["epoch_start"] = self.epoch_start
+        out["n_restarts"] = self.n_restarts
+        return out
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        super().load_state(state)
+        self.epoch_start = int(state["epoch_start"])
+        self.n_restarts = int(state["n_restarts"])
+
+    def ledger(self) -> dict[str, Any]:
+        out = super().ledger()
+        out["epoch"] = self.n_restarts
+        out["epoch_start"] = self.epoch_start
+        return out
+
+    @property
+    def status(self) -> str:
+        return "ready"  # an exhausted capacity restarts the model instead
+
+    # ---- the restart test -----------------------------------------------------------------------
+    def restart_threshold(self, tau_local: int) -> float:
+        """c sqrt(log tau + 2k) / (L^2 d k^2.2) with d = dim + 1 (000 Alg. 3, line 5)."""
+        k, d = self.k_tilde, self.spec.dim + 1
+        return self.c * math.sqrt(math.log(tau_local) + 2.0 * k) / (self.L**2 * d * k**2.2)
+
+    def needs_restart(self, u: int, tau: int) -> bool:
+        u_loc, tau_loc = u - self.epoch_start, tau - self.epoch_start
+        if not self.schedule.deletable(u_loc):
+            return True
+        if self.capacity is not None and self.n_charged >= self.capacity:
+            return True
+        return tau_loc / u_loc**2 > self.restart_threshold(tau_loc)
+
+    def restart(self) -> None:
+        """Discard the state; re-draw theta from a data-independent law; restart the clock and the ledger epoch."""
+        R, n = self.spec.domain_radius, self.spec.dim + 1
+        xi = self.noise.standard_normal(n)
+        self.theta = project_l2_ball(xi * (0.5 * R / math.sqrt(n)), R)
+        self.epoch_start = self.t
+        self.schedule.reset()
+        self.n_restarts += 1
+        self.n_charged = 0
+        self.rho_spent = 0.0
+
+    # ---- unlearning -----------------------------------------------------------------------------
+    def _precheck(self, steps: list[int]) -> None:
+        pass  # nothing is refused: uncovered records and an exhausted capacity restart the model
+
+    def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
+        steps = [int(s) for s in steps]
+        self._check_steps(steps)
+        tau = self.t
+        certs = []
+        for u in steps:  # sequentially (P9); a restart in the middle makes the rest exact
+            if u <= self.epoch_start:
+                certs.append(self._exact(u, tau, restart=False))
+            elif self.needs_restart(u, tau):
+                self.restart()
+                certs.append(self._exact(u, tau, restart=True))
+            else:
+                certs.append(self._gaussian_forget(u, tau))
+        return certs
+
+    def _exact(self, u: int, tau: int, restart: bool) -> Certificate:
+        self.n_deletions += 1
+        return Certificate(
+            learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism="exact",
+            sigma=0.0, sensitivity=0.0, rho=0.0,
+            details={"restart": 1.0 if restart else 0.0, "epoch_start": float(self.epoch_start)},
+        )

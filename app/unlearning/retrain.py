@@ -1,0 +1,168 @@
+"""Exact-retrain baseline (digest §2.9): OGD, and at each forget a recomputation of OGD without the record.
+
+Learning is projected OGD with the passive family's default schedule (eta_t = min(1/(mu t), 2/(beta+mu))).
+A forget recomputes OGD from the data-independent start theta = 0 over the retained examples in step order,
+skipping the forgotten ones and keeping the clock (a retained example learned at step s is replayed with
+eta_s, pitfall P7).  The result *is* the reference run of the OLU definition on the masked stream, so the
+published parameters after a forget are exactly what the model would publish had the record never been
+learned: certificate mechanism "exact", sigma = 0, rho = 0.  Cost O(n d) per forget, streamed in chunks.
+"""
+from __future__ import annotations
+
+from typing import Any, Collection, Mapping, Sequence
+
+import numpy as np
+
+from .base import ForgetError, ModelSpec, RetainedData, SpecError, Unlearner
+from .certificate import Certificate
+from .domain import project_l2_ball
+from .losses import Loss, augment
+from .noise import NoiseSource
+from .schedules import CappedStronglyConvex, Schedule
+
+SCHEDULES = ("strongly_convex_capped",)
+CHUNK_SIZE = 4096
+
+
+def ogd_steps(loss: Loss, schedule: Schedule, radius: float, theta: np.ndarray, X_aug: np.ndarray, y: np.ndarray,
+              steps: Sequence[int]) -> np.ndarray:
+    """Projected OGD: example k is consumed at clock ``steps[k]`` with eta_{steps[k]} (000 §2.3)."""
+    for s, x_aug, label in zip(steps, X_aug, y):
+        theta = project_l2_ball(theta - schedule.eta(int(s)) * loss.grad(theta, x_aug, label), radius)
+    return theta
+
+
+def ogd_recompute(loss: Loss, schedule: Schedule, radius: float, dim: int, retained: RetainedData,
+                  exclude: Collection[int] = (), upto: int | None = None, chunk_size: int = CHUNK_SIZE) -> np.ndarray:
+    """OGD from theta = 0 over the retained examples (minus ``exclude``) in step order, clock kept.
+
+    Equals, bit for bit, a fresh run on the masked stream (skipped steps do not update).
+    """
+    theta = np.zeros(dim + 1)
+    for steps, X, y in retained.chunks(chunk_size, exclude=exclude):
+        if upto is not None:
+            keep = steps <= upto
+            steps, X, y = steps[keep], X[keep], y[keep]
+        if len(steps):
+            theta = ogd_steps(loss, schedule, radius, theta, augment(np.asarray(X, dtype=np.float64)),
+                              np.asarray(y, dtype=np.float64), steps)
+    return theta
+
+
+class OGDIterate:
+    """Shared by the families whose state is one projected-OGD iterate ``theta`` on the step clock ``t``
+    (they set ``loss``, ``schedule``, ``spec``, ``theta`` and ``t``): learning, skipping, the published output."""
+
+    def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        steps = np.arange(self.t + 1, self.t + 1 + len(X), dtype=np.int64)
+        self.theta = ogd_steps(self.loss, self.schedule, self.spec.domain_radius, self.theta, augment(X),
+                               np.asarray(y, dtype=np.float64), steps)
+        self.t += len(X)
+        return steps
+
+    def skip(self, n: int = 1) -> None:
+        """Advance the clock without an update (the masked stream's skip symbol; the clock is kept, P7)."""
+        self.t += n
+
+    @property
+    def step(self) -> int:
+        return self.t
+
+    def published(self) -> np.ndarray:
+        return self.theta.copy()
+
+
+def check_forget_steps(steps: Sequence[int], t: int, retained: RetainedData | None, algorithm: str) -> list[int]:
+    """Validate a forget request against the clock and the retained store (shared by data-holding families)."""
+    steps = [int(s) for s in steps]
+    if len(set(steps)) != len(steps):
+        raise ForgetError("a step is named twice in one forget request")
+    for u in steps:
+        if not 1 <= u <= t:
+            raise ForgetError(f"step {u} was never learned by this model")
+    if retained is None:
+        raise ForgetError(f"{algorithm} needs the retained examples to forget")
+    if steps:
+        try:
+            retained.get(steps)
+        except KeyError:
+            raise ForgetError("some steps are not held (already forgotten?)") from None
+    return steps
+
+
+class RetrainOGD(OGDIterate, Unlearner):
+    algorithm = "retrain"
+    accounting = "per_update"
+    needs_retained_data = True
+    supports_retrain = True
+    guarantee_definition = "exact unlearning (rho = 0)"
+    guarantee_words = (
+        "After the deletion the model is recomputed without the record: what it publishes is exactly what the "
+        "same algorithm would have published had the record never been learned."
+    )
+
+    def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
+        super().__init__(spec, noise)
+        hp = self.normalize_hyperparameters(spec)
+        self.hp = hp
+        self.declare_loss(hp)
+        self.schedule: Schedule = CappedStronglyConvex(self.mu, self.beta)
+        self.chunk_size = CHUNK_SIZE
+        self.theta = np.zeros(spec.dim + 1)
+        self.t = 0
+        self.n_deletions = 0
+        self.epoch = 0
+
+    @classmethod
+    def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
+        hp = dict(spec.hyperparameters)
+        unknown = set(hp) - {"schedule", "huber_delta"}
+        if unknown:
+            raise SpecError(f"unknown hyperparameters for {cls.algorithm}: {', '.join(sorted(unknown))}")
+        hp.setdefault("schedule", "strongly_convex_capped")
+        if hp["schedule"] not in SCHEDULES:
+            raise SpecError(f"schedule must be one of {', '.join(SCHEDULES)}")
+        if spec.loss == "huber":
+            hp.setdefault("huber_delta", 1.0)
+        if not spec.l2 > 0:
+            raise SpecError(f"{cls.algorithm} needs l2 > 0 (strong convexity mu = l2)")
+        return hp
+
+    # ---- state ----------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {"theta": self.theta.copy(), "t": self.t, "n_deletions": self.n_deletions, "epoch": self.epoch}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.theta = self.stored_theta(state)
+        self.t = int(state["t"])
+        self.n_deletions = int(state["n_deletions"])
+        self.epoch = int(state["epoch"])
+
+    def constants(self) -> dict[str, float]:
+        return {"L": self.L, "beta": self.beta, "mu": self.mu, "D": 2.0 * self.spec.domain_radius}
+
+    def ledger(self) -> dict[str, Any]:
+        return {"accounting": self.accounting, "rho_spent": 0.0, "rho_budget": None,
+                "capacity_total": None, "capacity_left": None, "deletions": self.n_deletions}
+
+    # ---- unlearning -------------------------------------------------------------------------------
+    def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
+        steps = check_forget_steps(steps, self.t, retained, self.algorithm)
+        if not steps:
+            return []
+        # One recomputation serves the whole request: every certificate refers to the same exact state.
+        self.theta = ogd_recompute(self.loss, self.schedule, self.spec.domain_radius, self.spec.dim, retained,
+                                   exclude=steps, upto=self.t, chunk_size=self.chunk_size)
+        certs = []
+        for u in steps:
+            self.n_deletions += 1
+            certs.append(Certificate(learned_step=u, forgotten_step=self.t, deletion_index=self.n_deletions,
+                                     mechanism="exact", sigma=0.0, sensitivity=0.0, rho=0.0,
+                                     details={"recomputed_from_step": 1.0}))
+        return certs
+
+    def retrain(self, retained: RetainedData) -> None:
+        self.theta = ogd_recompute(self.loss, self.schedule, self.spec.domain_radius, self.spec.dim, retained,
+                                   upto=self.t, chunk_size=self.chunk_size)
+        self.epoch += 1

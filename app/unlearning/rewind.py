@@ -1,0 +1,655 @@
+"""Rewind-to-delete and descend-to-delete with minibatch SGD (paper 004, Mu & Klabjan; digest descend-or-rewind.md).
+
+One family, ``algorithm = "rewind_to_delete"``, hyperparameter ``variant``:
+
+* ``"rewind"`` (R2D, Algorithms 1-2): (projected) SGD for T steps with minibatches drawn uniformly *with
+  replacement*; the un-noised iterate theta_{T-K} is kept as a secret checkpoint; the release is
+  theta_T + N(0, sigma^2 I).  A deletion rewinds to theta_{T-K}, runs exactly K steps on the retained set and
+  releases the result plus *fresh* noise.  ``projected`` selects PSGD-R2D (Thm 2, via appendix Thm 18) or
+  SGD-R2D (Thm 3, via appendix Thm 22); ``regime`` selects the strongly convex / convex / nonconvex constant.
+* ``"descend"`` (SGD-D2D, Algorithms 3-4, Thm 4): unprojected SGD, strongly convex only; the un-noised
+  final iterate theta_T is kept and a deletion runs K more steps from it on the retained set.
+
+Errata (digest §0.3, §3.4, §3.5), resolved by tests/test_rewind.py: the printed strongly convex constants of
+Theorems 2 and 3 divide by mu where their proofs (Thm 18 / Thm 22) give eta / (1 - gamma); the coupled replay
+exhibits realized distances above the printed Theorem 2 value.  This module uses the appendix forms only.
+
+Certificate semantics (accounting ``"capacity"``).  sigma is fixed *before training* from public quantities
+only -- T, K, eta, b, the declared bounds (G, L, mu, B, C, ell_theta0), n (the public record count at training
+time) and the capacity m_cap = min(m_max, n - 1[, D2D bound]) -- and is the same sigma the comparator
+"retrain from scratch on D minus Z with the same T, eta, b, theta_0, sigma" uses.  Every release of an epoch
+(the training release and the release after every deletion request) is individually (epsilon, delta)-
+indistinguishable from that comparator, with delta = ``spec.delta`` = 2 x the calibration delta (the paper's
+(epsilon, 2 delta), Lemmas 13/14: Markov tail delta/2 plus a Gaussian mechanism at delta/2).  Several
+requests are served by always restarting from the *original* secret start point (theta_{T-K}, or theta_T for
+D2D) with the *cumulative* deletion set Z_cum, |Z_cum| <= m_cap: each release is then an instance of the
+single-request theorem.  Nothing composes across releases; the guarantee does not cover an adversary who
+combines several releases (including the pre-deletion one), nor the secret checkpoint, which still carries
+the deleted records' influence until the next retrain.
+
+Streaming ``learn`` for a batch-trained family: examples are appended and get steps as usual.  Until
+``initial_size`` examples are held the model publishes theta_0 = 0 (data independent; forgetting is exact).
+The ``learn`` call that reaches ``initial_size`` trains on every held example (that call's batch included).
+Later examples are *pending*: with ``learn_policy = "queue"`` (default) they have no influence on the model
+until the next ``retrain`` (their deletion is exact and costs no capacity); with ``"retrain"`` every later
+``learn`` call retrains from scratch on all held examples (a new epoch, exact, capacity restored).
+
+Randomness: minibatch indices come from an injectable ``BatchSampler``; the default draws every run from a
+fresh PCG64 seeded by the OS CSPRNG and stores nothing, so neither indices nor seeds are in ``state()``.
+Tests inject a scripted sampler to build the paper's coupling.  Release noise comes from ``self.noise``.
+"""
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+from scipy.special import log_ndtr
+
+from .base import (
+    CapacityExhausted,
+    ForgetError,
+    ModelSpec,
+    RetainedData,
+    SpecError,
+    Unlearner,
+)
+from .certificate import Certificate
+from .domain import project_l2_ball
+from .losses import augment, make_loss
+from .noise import NoiseSource
+
+VARIANTS = ("rewind", "descend")
+REGIMES = ("strongly_convex", "convex", "nonconvex")
+LEARN_POLICIES = ("queue", "retrain")
+CALIBRATIONS = ("analytic", "classical")
+CHUNK = 8192
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Randomness for minibatches
+# ---------------------------------------------------------------------------------------------------------
+class BatchSampler(Protocol):
+    def positions(self, pool_size: int, steps: int, batch: int) -> np.ndarray:
+        """(steps, batch) int64 positions into the pool, i.i.d. uniform with replacement."""
+        ...
+
+
+class SecureBatchSampler:
+    """Fresh CSPRNG-seeded generator per run; nothing is stored, nothing is reproducible from state."""
+
+    def positions(self, pool_size: int, steps: int, batch: int) -> np.ndarray:
+        rng = np.random.Generator(np.random.PCG64(secrets.randbits(128)))
+        return rng.integers(0, pool_size, size=(steps, batch), dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sensitivity bounds Sigma on E||theta''_K - theta'_T|| (R2D) or sqrt(E||.||^2) (D2D); digest §3
+# ---------------------------------------------------------------------------------------------------------
+def _one_minus_gamma(eta_mu: float) -> float:
+    """1 - sqrt(1 - eta mu) without cancellation."""
+    return eta_mu / (1.0 + math.sqrt(1.0 - eta_mu))
+
+
+def _pow_diff(log_base: float, K: int, T: int) -> float:
+    """base^K - base^T computed in log space (inf if it overflows: the bound is vacuous)."""
+    try:
+        return math.exp(K * log_base) - math.exp(T * log_base)
+    except OverflowError:
+        return math.inf
+
+
+def psgd_r2d_sigma(regime: str, T: int, K: int, n: int, m: int, eta: float, L: float, G: float,
+                   mu: float = 0.0, form: str = "appendix") -> float:
+    """Theorem 2 via Theorem 18.  ``form="printed"`` gives the paper's (wrong) strongly convex constant."""
+    if not 0 <= K <= T:
+        raise SpecError("need 0 <= K <= T")
+    if m == 0:
+        return 0.0
+    if regime == "nonconvex":
+        lg = math.log1p(eta * L)
+        return 2.0 * G * m * -_pow_diff(lg, K, T) / (n * L)
+    if regime == "convex":
+        return 2.0 * eta * G * m * (T - K) / n
+    lg = 0.5 * math.log1p(-eta * mu)  # log gamma, gamma = sqrt(1 - eta mu)
+    denom = mu if form == "printed" else _one_minus_gamma(eta * mu)
+    return 2.0 * eta * G * m * _pow_diff(lg, K, T) / (n * denom)
+
+
+def sgd_r2d_phi(T: int, K: int, n: int, m: int, eta: float, L: float, B: float, C: float, ell0: float) -> float:
+    t = T - K
+    return math.sqrt(3.0 * B * (2.0 * ell0 / eta + L * eta * C * t) * (3 * n - m) / (n - m)
+                     + 6.0 * (4 * n - 3 * m) / (n - m) * C)
+
+
+def sgd_r2d_sigma(regime: str, T: int, K: int, n: int, m: int, eta: float, L: float, B: float, C: float,
+                  ell0: float, mu: float = 0.0, form: str = "appendix") -> float:
+    """Theorem 3 via Theorem 22 (Phi does not vanish at m = 0: it bounds SGD noise, not just the bias)."""
+    if not 0 <= K <= T:
+        raise SpecError("need 0 <= K <= T")
+    phi = sgd_r2d_phi(T, K, n, m, eta, L, B, C, ell0)
+    if regime == "nonconvex":
+        return -_pow_diff(math.log1p(eta * L), K, T) / L * phi
+    if regime == "convex":
+        return eta * (T - K) * phi
+    lg = 0.5 * math.log1p(-eta * mu)
+    if form == "printed":
+        return _pow_diff(lg, K, T) / mu * phi
+    return eta * _pow_diff(lg, K, T) / _one_minus_gamma(eta * mu) * phi
+
+
+def d2d_sigma(T: int, K: int, eta: float, mu: float, L: float, B: float, C: float, ell0: float) -> float:
+    """Theorem 4 for arbitrary T, K >= 0 (digest §3.6 general form, without merging C/(4B mu) + L eta C/mu).
+
+    E||theta''_K - theta'_T||^2 <= (4/mu) [ell0 q^T (1 + q^K) + q^K (C/(4 B mu) + L eta C/mu) + L eta C/mu],
+    q = 1 - eta mu / 2; requires eta <= 1/(B L) and m/n < 1/(6B + 1).  At T = K + T0 it is <= the printed Sigma^2.
+    """
+    q = 1.0 - 0.5 * eta * mu
+    bias = C / (4.0 * B * mu) + L * eta * C / mu
+    return math.sqrt(4.0 / mu * (ell0 * q**T * (1.0 + q**K) + q**K * bias + L * eta * C / mu))
+
+
+def d2d_sigma_printed(K: int, eta: float, mu: float, L: float, B: float, C: float) -> float:
+    """The paper's Theorem 4 Sigma (valid only with T >= K + T0)."""
+    q = 1.0 - 0.5 * eta * mu
+    return math.sqrt(5.0 * C / (mu**2 * B) * (q ** (2 * K) + 2.0 * q**K) + 4.0 * L * eta * C / mu**2)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Gaussian mechanism calibration
+# ---------------------------------------------------------------------------------------------------------
+def analytic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
+    """Smallest sigma with Phi(D/2s - e s/D) - e^e Phi(-D/2s - e s/D) <= delta (Balle & Wang 2018, Thm 8).
+
+    Exact for every epsilon > 0 (the classical sqrt(2 ln(1.25/delta))/epsilon is proven for epsilon < 1 only).
+    Returns the upper end of the bisection bracket, so the answer is never below the exact value.
+    """
+    if sensitivity == 0.0:
+        return 0.0
+
+    def excess(s: float) -> float:  # s = sigma / sensitivity
+        a, b = 0.5 / s - epsilon * s, -0.5 / s - epsilon * s
+        return math.exp(log_ndtr(a)) - math.exp(epsilon + log_ndtr(b)) - delta
+
+    lo, hi = 1e-12, 1.0
+    while excess(hi) > 0.0:
+        lo, hi = hi, hi * 2.0
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        if excess(mid) > 0.0:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1.0 + 1e-12:
+            break
+    return hi * sensitivity
+
+
+def gaussian_sigma(sensitivity: float, epsilon: float, delta: float, method: str) -> float:
+    if method == "classical":
+        if not epsilon < 1.0:
+            raise SpecError("the classical Gaussian constant needs epsilon < 1; use calibration='analytic'")
+        return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+    return analytic_gaussian_sigma(sensitivity, epsilon, delta)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The engine
+# ---------------------------------------------------------------------------------------------------------
+class RewindToDelete(Unlearner):
+    algorithm = "rewind_to_delete"
+    accounting = "capacity"
+    needs_retained_data = True
+    supports_retrain = True
+    guarantee_definition = "(epsilon, delta)-certified unlearning vs retraining, per release, up to m_max deletions per epoch"
+    guarantee_words = (
+        "Each model published after a deletion is statistically almost indistinguishable (the stated epsilon and "
+        "delta) from the model that retraining from scratch without every record deleted so far in this epoch "
+        "would publish, with the same training length, step size, batch size and noise level. Each release is "
+        "certified on its own; up to m_max deletions per epoch, after which the model must be retrained."
+    )
+
+    def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None, sampler: BatchSampler | None = None):
+        super().__init__(spec, noise)
+        hp = self.normalize_hyperparameters(spec)
+        self.hp = hp
+        self.variant: str = hp["variant"]
+        self.projected: bool = hp["projected"]
+        self.regime: str = hp["regime"]
+        self.T: int = hp["T"]
+        self.K: int = hp["K"]  # per epoch: chosen at training time when sigma_target is set (digest §2.4 step 6)
+        self.sigma_target: float | None = hp["sigma_target"]
+        self.b: int = hp["batch_size"]
+        self.m_max: int = hp["m_max"]
+        self.initial_size: int = hp["initial_size"]
+        self.learn_policy: str = hp["learn_policy"]
+        self.calibration: str = hp["calibration"]
+        self.loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp)
+        self.G, self.Ls, self.mu = self.loss.lipschitz, self.loss.smoothness, self.loss.mu
+        self.B, self.C, self.ell0 = _abc_constants(spec, self.loss, self.projected)
+        self.eta: float = hp["eta"]
+        self.sampler: BatchSampler = sampler if sampler is not None else SecureBatchSampler()
+        self.dim = spec.dim + 1
+        self._reset_epoch_state()
+        self.t = 0
+        self.epoch = 0
+        self.n_deletions = 0
+
+    def _reset_epoch_state(self) -> None:
+        self.trained = 0
+        self.trained_upto = 0
+        self.n_train = 0
+        self.deleted = np.zeros(0, dtype=np.int64)
+        self.theta_start = np.zeros(self.dim)  # theta_{T-K} (rewind) or theta_T (descend): SECRET
+        self.published_theta = np.zeros(self.dim)  # theta_0 = 0 until the first training
+        self.sigma = 0.0
+        self.sensitivity = 0.0
+        self.capacity_total = 0
+        self.rho_release = 0.0
+
+    # ---- hyperparameters ------------------------------------------------------------------------------
+    @classmethod
+    def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
+        hp = dict(spec.hyperparameters)
+        allowed = {"variant", "projected", "regime", "T", "K", "batch_size", "eta", "m_max", "initial_size",
+                   "learn_policy", "calibration", "huber_delta", "sigma_target"}
+        unknown = set(hp) - allowed
+        if unknown:
+            raise SpecError(f"unknown hyperparameters for {cls.algorithm}: {', '.join(sorted(unknown))}")
+        hp.setdefault("variant", "rewind")
+        if hp["variant"] not in VARIANTS:
+            raise SpecError(f"variant must be one of {', '.join(VARIANTS)}")
+        descend = hp["variant"] == "descend"
+        hp.setdefault("projected", not descend)
+        if not isinstance(hp["projected"], bool):
+            raise SpecError("projected must be true or false")
+        if descend and hp["projected"]:
+            raise SpecError("variant 'descend' (SGD-D2D, Theorem 4) is unprojected; set projected=false")
+        hp.setdefault("regime", "strongly_convex" if spec.l2 > 0 else "convex")
+        if hp["regime"] not in REGIMES:
+            raise SpecError(f"regime must be one of {', '.join(REGIMES)}")
+        if hp["regime"] == "strongly_convex" and not spec.l2 > 0:
+            raise SpecError("regime 'strongly_convex' needs l2 > 0 (mu = l2)")
+        if descend and hp["regime"] != "strongly_convex":
+            raise SpecError("variant 'descend' is certified for strongly convex losses only (Theorem 4)")
+        for key, default, low in (("T", 1000, 1), ("K", None, 0), ("batch_size", 32, 1), ("m_max", 10, 1),
+                                  ("initial_size", 256, 2)):
+            if default is None:
+                default = max(1, hp["T"] // 4)
+            hp.setdefault(key, default)
+            v = hp[key]
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise SpecError(f"{key} must be an integer >= {low}")
+            hp[key] = int(v)
+        if not descend and hp["K"] > hp["T"]:
+            raise SpecError("rewind needs K <= T (K = T is retraining from theta_0)")
+        target = hp.setdefault("sigma_target", None)
+        if target is not None:
+            if descend:
+                raise SpecError("sigma_target is supported for variant 'rewind' only (D2D's Sigma has a floor)")
+            if "K" in spec.hyperparameters:
+                raise SpecError("give either K or sigma_target, not both")
+            try:
+                target = float(target)
+            except (TypeError, ValueError):
+                raise SpecError("sigma_target must be a positive number") from None
+            if not (target > 0 and math.isfinite(target)):
+                raise SpecError("sigma_target must be a positive number")
+            hp["sigma_target"] = target
+        hp.setdefault("learn_policy", "queue")
+        if hp["learn_policy"] not in LEARN_POLICIES:
+            raise SpecError(f"learn_policy must be one of {', '.join(LEARN_POLICIES)}")
+        hp.setdefault("calibration", "analytic")
+        if hp["calibration"] not in CALIBRATIONS:
+            raise SpecError(f"calibration must be one of {', '.join(CALIBRATIONS)}")
+        if hp["calibration"] == "classical" and not spec.epsilon < 1.0:
+            raise SpecError("calibration 'classical' needs epsilon < 1")
+        if spec.loss == "huber":
+            hp.setdefault("huber_delta", 1.0)
+        loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp)
+        Ls, mu = loss.smoothness, loss.mu
+        B, _, _ = _abc_constants(spec, loss, hp["projected"])
+        eta_max = _eta_max(hp["regime"], Ls, mu, B, hp["projected"])
+        hp.setdefault("eta", eta_max)
+        try:
+            eta = float(hp["eta"])
+        except (TypeError, ValueError):
+            raise SpecError("eta must be a positive number") from None
+        if not (eta > 0 and math.isfinite(eta)):
+            raise SpecError("eta must be a positive number")
+        if eta > eta_max * (1.0 + 1e-12):
+            raise SpecError(f"eta = {eta:.6g} exceeds the step-size limit {eta_max:.6g} of the chosen regime")
+        hp["eta"] = eta
+        if hp["regime"] == "nonconvex" and hp["T"] * math.log1p(eta * Ls) > 700.0:
+            raise SpecError("nonconvex bound (1 + eta L)^T overflows: the certificate is vacuous; lower eta*L*T")
+        if not (0 < spec.delta < 1 and spec.epsilon > 0):
+            raise SpecError("need epsilon > 0 and 0 < delta < 1")
+        return hp
+
+    # ---- state ------------------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {
+            "t": self.t, "epoch": self.epoch, "n_deletions": self.n_deletions, "trained": self.trained,
+            "trained_upto": self.trained_upto, "n_train": self.n_train, "deleted": self.deleted.copy(),
+            "theta_start": self.theta_start.copy(), "published": self.published_theta.copy(),
+            "sigma": self.sigma, "sensitivity": self.sensitivity, "capacity_total": self.capacity_total,
+            "rho_release": self.rho_release, "K": self.K,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        for key in ("theta_start", "published"):
+            if np.asarray(state[key]).shape != (self.dim,):
+                raise ValueError("stored parameters do not match the model dimension")
+        self.t = int(state["t"])
+        self.epoch = int(state["epoch"])
+        self.n_deletions = int(state["n_deletions"])
+        self.trained = int(state["trained"])
+        self.trained_upto = int(state["trained_upto"])
+        self.n_train = int(state["n_train"])
+        self.deleted = np.asarray(state["deleted"], dtype=np.int64).copy()
+        self.theta_start = np.asarray(state["theta_start"], dtype=np.float64).copy()
+        self.published_theta = np.asarray(state["published"], dtype=np.float64).copy()
+        self.sigma = float(state["sigma"])
+        self.sensitivity = float(state["sensitivity"])
+        self.capacity_total = int(state["capacity_total"])
+        self.rho_release = float(state["rho_release"])
+        self.K = int(state["K"])
+
+    @classmethod
+    def from_state(cls, spec: ModelSpec, state: Mapping[str, Any], noise: NoiseSource | None = None,
+                   sampler: BatchSampler | None = None) -> RewindToDelete:
+        engine = cls(spec, noise, sampler)
+        engine.load_state(state)
+        return engine
+
+    # ---- public views -----------------------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        return self.t
+
+    def published(self) -> np.ndarray:
+        return self.published_theta.copy()
+
+    @property
+    def capacity_left(self) -> int:
+        return self.capacity_total - len(self.deleted) if self.trained else 0
+
+    @property
+    def status(self) -> str:
+        return "retrain_required" if self.trained and self.capacity_left <= 0 else "ready"
+
+    def constants(self) -> dict[str, float]:
+        out = {"L": self.G, "beta": self.Ls, "mu": self.mu, "D": 2.0 * self.spec.domain_radius, "eta": self.eta}
+        if not self.projected:
+            out.update({"B": self.B, "C": self.C, "ell_theta0": self.ell0})
+        return out
+
+    def ledger(self) -> dict[str, Any]:
+        return {
+            "accounting": self.accounting,
+            "rho_spent": self.rho_release,  # the current release's conditional Gaussian charge; nothing composes
+            "rho_budget": None,
+            "capacity_total": self.capacity_total if self.trained else None,
+            "capacity_left": self.capacity_left if self.trained else None,
+            "deletions": self.n_deletions,
+            "epoch": self.epoch,
+            "trained": bool(self.trained),
+            "n_train": self.n_train,
+            "sigma": self.sigma,
+            "sensitivity": self.sensitivity,
+            "epsilon": self.spec.epsilon,
+            "delta": self.spec.delta,
+            "conversion": self._conversion(),
+        }
+
+    def _conversion(self) -> str:
+        moment = "second" if self.variant == "descend" else "first"
+        return (f"relaxed Gaussian mechanism ({moment}-moment Markov tail delta/2 + {self.calibration} Gaussian "
+                f"mechanism at delta/2), Mu & Klabjan Lemma {'13' if moment == 'second' else '14'}")
+
+    # ---- calibration --------------------------------------------------------------------------------------
+    def capacity_for(self, n: int) -> int:
+        cap = min(self.m_max, n - 1)
+        if self.variant == "descend":  # Theorem 4 needs m/n < 1/(6B + 1)
+            cap = min(cap, math.ceil(n / (6.0 * self.B + 1.0)) - 1)
+        return max(cap, 0)
+
+    def sensitivity_bound(self, n: int, m: int, K: int | None = None) -> float:
+        """Sigma for a training set of n records and m deletions (public quantities only)."""
+        K = self.K if K is None else K
+        if self.variant == "descend":
+            return d2d_sigma(self.T, K, self.eta, self.mu, self.Ls, self.B, self.C, self.ell0)
+        if self.projected:
+            return psgd_r2d_sigma(self.regime, self.T, K, n, m, self.eta, self.Ls, self.G, self.mu)
+        return sgd_r2d_sigma(self.regime, self.T, K, n, m, self.eta, self.Ls, self.B, self.C, self.ell0, self.mu)
+
+    def min_K(self, n: int, m: int, sigma_target: float) -> int:
+        """Smallest K in [0, T] whose release noise is <= sigma_target (R2D; K = T is retraining, sigma 0).
+
+        Uses public quantities only (n, m, T, eta, b, bounds), so the rewind point is data independent."""
+        if m == 0:
+            return 0
+        lo, hi = 0, self.T  # sigma(K) is nonincreasing in K and sigma(T) = 0
+        while lo < hi:
+            mid = (lo + hi) // 2
+            try:
+                ok = self.noise_scale(self.sensitivity_bound(n, m, mid))[0] <= sigma_target
+            except SpecError:
+                ok = False
+            lo, hi = (lo, mid) if ok else (mid + 1, hi)
+        return lo
+
+    def noise_scale(self, sensitivity: float) -> tuple[float, float]:
+        """(sigma, tail sensitivity) for the relaxed Gaussian mechanism at (epsilon, spec.delta)."""
+        d1 = d2 = 0.5 * self.spec.delta
+        tail = sensitivity / (math.sqrt(d1) if self.variant == "descend" else d1)
+        if not math.isfinite(tail):
+            raise SpecError("the sensitivity bound is vacuous (overflow); lower eta*L*T or raise K")
+        return gaussian_sigma(tail, self.spec.epsilon, d2, self.calibration), tail
+
+    # ---- SGD ------------------------------------------------------------------------------------------------
+    def _sgd(self, theta: np.ndarray, pool: "_Pool", steps: int,
+             checkpoint_after: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        pos = np.asarray(self.sampler.positions(pool.n, steps, self.b), dtype=np.int64)
+        if pos.shape != (steps, self.b) or (steps and (pos.min() < 0 or pos.max() >= pool.n)):
+            raise RuntimeError("batch sampler returned positions of the wrong shape or range")
+        # only the rows this run samples are read from the store: memory O(min(n, steps * b) d)
+        uniq, inverse = np.unique(pos, return_inverse=True)
+        Xa, y = pool.rows(uniq)
+        y = self.loss.normalize_labels(y)
+        local = inverse.reshape(pos.shape)
+        R, eta, proj = self.spec.domain_radius, self.eta, self.projected
+        ckpt = theta.copy() if checkpoint_after == 0 else None
+        for t, idx in enumerate(local, start=1):
+            theta = theta - eta * self.loss.mean_grad(theta, Xa[idx], y[idx])
+            if proj:
+                theta = project_l2_ball(theta, R)
+            if t == checkpoint_after:
+                ckpt = theta.copy()
+        return theta, ckpt
+
+    def _train(self, pool: "_Pool", upto: int) -> None:
+        """Algorithm 1 / 3 on the n records given, as a new epoch.  sigma is fixed first, from public quantities
+        only (n, m_cap, T, K, eta, b, declared bounds), before the first SGD step.  Nothing is changed if it raises."""
+        n = pool.n
+        if n == 0:
+            self._reset_epoch_state()
+            self.epoch += 1
+            return
+        cap = self.capacity_for(n)
+        K = self.min_K(n, cap, self.sigma_target) if self.sigma_target is not None else self.K
+        sens = self.sensitivity_bound(n, cap, K) if cap > 0 else 0.0
+        sigma, tail = self.noise_scale(sens)
+        theta0 = np.zeros(self.dim)  # data-independent start, inside the projection ball
+        if self.variant == "rewind":
+            theta_T, start = self._sgd(theta0, pool, self.T, checkpoint_after=self.T - K)
+        else:
+            theta_T, _ = self._sgd(theta0, pool, self.T)
+            start = theta_T.copy()
+        self._reset_epoch_state()
+        self.epoch += 1
+        self.K = K
+        self.theta_start = start
+        self.trained, self.trained_upto, self.n_train = 1, upto, n
+        self.capacity_total, self.sigma, self.sensitivity = cap, sigma, sens
+        self.rho_release = tail * tail / (2.0 * sigma * sigma) if sigma > 0 else 0.0
+        self.published_theta = self._release(theta_T)
+
+    def _release(self, theta: np.ndarray) -> np.ndarray:
+        """theta + N(0, sigma^2 I) with a fresh draw every time (never reuse the training noise)."""
+        if self.sigma == 0.0:
+            return theta.copy()
+        return theta + self.sigma * self.noise.standard_normal(self.dim)
+
+    # ---- learning -------------------------------------------------------------------------------------------
+    def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:
+        """Append examples.  The call that brings the held examples to ``initial_size`` trains on all of them;
+        after that, examples are pending until the next retrain (``learn_policy="queue"``) or every call
+        retrains (``"retrain"``).  ``retained`` holds the examples learned before this call (None: none)."""
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        new_t = self.t + len(y)
+        steps = np.arange(self.t + 1, new_t + 1, dtype=np.int64)
+        held = (len(retained) if retained is not None else 0) + len(y)
+        if len(y) and ((not self.trained and held >= self.initial_size)
+                       or (self.trained and self.learn_policy == "retrain")):
+            self._train(_Pool(retained, (), None, self.spec.dim, X, y), new_t)
+        self.t = new_t
+        return steps
+
+    def retrain(self, retained: RetainedData | None) -> None:
+        """Exact retrain on every held example (pending ones included): new epoch, fresh capacity."""
+        self._train(_Pool(retained, (), None, self.spec.dim), self.t)
+
+    # ---- unlearning -----------------------------------------------------------------------------------------
+    def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
+        steps = [int(s) for s in steps]
+        if len(set(steps)) != len(steps):
+            raise ForgetError("a step is named twice in one request")
+        if retained is None:
+            raise ValueError(f"{self.algorithm} needs the retained examples to forget")
+        already = set(self.deleted.tolist())
+        for u in steps:
+            if not 1 <= u <= self.t:
+                raise ForgetError(f"step {u} was never learned by this model")
+            if u in already:
+                raise ForgetError(f"step {u} was already forgotten")
+        try:
+            retained.get(steps)
+        except KeyError:
+            raise ForgetError("some steps are not held (already forgotten)") from None
+        in_model = [u for u in steps if self.trained and u <= self.trained_upto]
+        m_cum = len(self.deleted) + len(in_model)
+        if in_model and m_cum > self.capacity_total:
+            raise CapacityExhausted(
+                f"{len(in_model)} deletion(s) requested, {self.capacity_left} certifiable before a retrain "
+                f"(m_max = {self.m_max}, capacity {self.capacity_total} for n = {self.n_train})")
+        tau = self.t
+        certs: list[Certificate] = []
+        if in_model:
+            deleted = np.union1d(self.deleted, np.asarray(in_model, dtype=np.int64))
+            pool = _Pool(retained, steps, self.trained_upto, self.spec.dim)
+            if pool.n != self.n_train - len(deleted):
+                raise RuntimeError("retained store does not match the training set minus the deletions")
+            # Algorithm 2 (rewind: K steps from theta_{T-K}) or 4 (descend: K steps from theta_T); always from
+            # the ORIGINAL secret start point with the cumulative deletion set (digest §5.2).
+            theta, _ = self._sgd(self.theta_start.copy(), pool, self.K)
+            self.deleted = deleted
+            self.published_theta = self._release(theta)
+            details = {"m_cumulative": float(len(deleted)), "capacity_total": float(self.capacity_total),
+                       "capacity_left": float(self.capacity_left), "n_train": float(self.n_train),
+                       "T": float(self.T), "K": float(self.K), "eta": self.eta, "batch_size": float(self.b),
+                       "Sigma_at_m": self.sensitivity_bound(self.n_train, len(deleted)),
+                       "epoch": float(self.epoch), "delta_total": self.spec.delta}
+            mech = "gaussian" if self.sigma > 0 else "exact"  # K = T: rewinding to theta_0 is retraining
+            for u in in_model:
+                self.n_deletions += 1
+                certs.append(Certificate(
+                    learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism=mech,
+                    sigma=self.sigma, sensitivity=self.sensitivity, rho=self.rho_release, details=details))
+        for u in steps:
+            if u in in_model:
+                continue
+            # not part of the trained model (collected before training, or pending): forgetting is exact
+            self.n_deletions += 1
+            certs.append(Certificate(
+                learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism="exact",
+                sigma=0.0, sensitivity=0.0, rho=0.0, details={"pending": 1.0, "epoch": float(self.epoch)}))
+        certs.sort(key=lambda c: steps.index(c.learned_step))
+        return certs
+
+
+def _eta_max(regime: str, Ls: float, mu: float, B: float, projected: bool) -> float:
+    """Largest step size the chosen theorem allows (digest pitfall 11)."""
+    if regime == "strongly_convex":
+        eta = mu / Ls**2
+    elif regime == "convex":
+        eta = 1.0 / Ls  # the theorems allow 2/L; 1/L keeps SGD in its descent regime
+    else:
+        eta = 1.0 / Ls
+    if not projected and B > 0:
+        eta = min(eta, 1.0 / (Ls * B))  # Lemma 20 (used by Theorems 3 and 4, not listed in Theorem 3)
+    return eta
+
+
+def _abc_constants(spec: ModelSpec, loss: Any, projected: bool) -> tuple[float, float, float]:
+    """Data-independent (B, C, ell_theta0) of Assumptions 4 and 5 for the unprojected theorems.
+
+    Per-sample (b = 1) second moment.  Each l_i is L-smooth and >= 0, so ||grad l_i||^2 <= 2L(l_i - l_i*), hence
+    E_i||grad l_i||^2 <= 2L(L_D - L_D*) + 2L Delta_inf with Delta_inf <= L_D* <= ell_theta0.
+    * mu > 0 (PL): L_D - L_D* <= ||grad L_D||^2/(2 mu)  =>  B = L/mu, C = 2 L ell_theta0.
+    * mu = 0, logistic or huber: gradients are globally bounded by g_inf  =>  B = 0, C = g_inf^2.
+    ell_theta0 bounds the loss at theta_0 = 0 for every admissible example.  Unused when projected.
+    """
+    X = loss.feature_bound
+    y_abs = spec.y_abs * (1.0 + 1e-9)
+    if loss.name == "logistic":
+        ell0 = math.log(2.0)
+    elif loss.name == "squared":
+        ell0 = 0.5 * y_abs**2
+    else:
+        d = loss.huber_delta
+        ell0 = 0.5 * y_abs**2 if y_abs <= d else d * (y_abs - 0.5 * d)
+    if projected:
+        return 0.0, 0.0, ell0
+    Ls, mu = loss.smoothness, loss.mu
+    if mu > 0:
+        return Ls / mu, 2.0 * Ls * ell0, ell0
+    if loss.name == "squared":
+        raise SpecError("unprojected SGD with the squared loss needs l2 > 0 (no second-moment bound otherwise)")
+    g_inf = X * (1.0 if loss.name == "logistic" else loss.huber_delta)
+    return 0.0, g_inf**2, ell0
+
+
+class _Pool:
+    """The SGD pool D' in step order (the retained examples, optionally with steps <= upto, minus ``exclude``,
+    then any new examples of this call).  Only its step ids are held; ``rows`` reads the sampled rows from the
+    store in chunks, so a run never loads the whole retained set (SGD needs random access to D')."""
+
+    def __init__(self, retained: RetainedData | None, exclude: Sequence[int], upto: int | None, dim: int,
+                 new_X: np.ndarray | None = None, new_y: np.ndarray | None = None):
+        parts = []
+        if retained is not None:
+            for s, _, _ in retained.chunks(CHUNK, exclude=exclude):
+                s = np.asarray(s, dtype=np.int64)
+                parts.append(s if upto is None else s[s <= upto])
+        self.steps = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        self.retained, self.dim = retained, dim
+        self.new_X = np.zeros((0, dim)) if new_X is None else np.asarray(new_X, dtype=np.float64)
+        self.new_y = np.zeros(0) if new_y is None else np.asarray(new_y, dtype=np.float64)
+        self.n = len(self.steps) + len(self.new_y)
+
+    def rows(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(augmented X, y) at sorted unique ``positions`` of the pool."""
+        held = positions[positions < len(self.steps)]
+        Xs, ys = [np.zeros((0, self.dim))], [np.zeros(0)]
+        for i in range(0, len(held), CHUNK):
+            X, y = self.retained.get(self.steps[held[i : i + CHUNK]])
+            Xs.append(np.asarray(X, dtype=np.float64).reshape(-1, self.dim))
+            ys.append(np.asarray(y, dtype=np.float64))
+        fresh = positions[positions >= len(self.steps)] - len(self.steps)
+        Xs.append(self.new_X[fresh])
+        ys.append(self.new_y[fresh])
+        return augment(np.vstack(Xs)), np.concatenate(ys)
