@@ -1,0 +1,43 @@
+"""Settings from the environment (prefix ``OLU_``).  Only ``create_app`` reads them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OLU_", extra="ignore")
+
+    data_dir: Path = Field(Path("./var"), description="Database (SQLite default) and signing keys live here.")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///<data_dir>/olu.db")
+    admin_token: SecretStr | None = Field(None, description="Bearer token for tenant and key administration.")
+    signing_key: SecretStr | None = Field(None, description="Ed25519 private key (PEM or base64 raw seed).")
+    signing_key_file: Path | None = Field(None, description="Path to an Ed25519 private key (PEM).")
+    encryption_key: SecretStr | None = Field(
+        None, description="AES-256-GCM key (base64 of 32 bytes) sealing secret state at rest; "
+                          "default: generated on first start into <data_dir>/encryption.key (mode 0600).")
+    encryption_keys_old: SecretStr | None = Field(
+        None, description="Comma-separated older encryption keys, used only to decrypt blobs sealed before a rotation.")
+    auto_migrate: bool = Field(True, description="Run Alembic migrations to head at start-up.")
+    sqlite_synchronous: str = Field("FULL", description="SQLite PRAGMA synchronous (FULL = durable commits).")
+    log_level: str = Field("INFO", description="Level of the JSON logs on stderr.")
+    # limits
+    max_body_bytes: int = Field(32 * 1024 * 1024, description="Largest accepted request body.")
+    max_batch: int = Field(10_000, description="Most examples (or ids) in one learn/unlearn/predict call.")
+    max_dim: int = Field(100_000, description="Largest model dimension.")
+    rate_limit: float | None = Field(
+        1000.0, description="Requests per second per API key (in-process token bucket: per replica); empty or 0: off.")
+    rate_limit_burst: float | None = Field(None, description="Bucket size; default: the rate (one second's worth).")
+
+    @field_validator("rate_limit", "rate_limit_burst", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v):
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'olu.db').resolve()}"

@@ -1,0 +1,68 @@
+"""Database engine and transactions.
+
+A request that changes a model runs in one transaction holding that model's lock: ``BEGIN IMMEDIATE`` on
+SQLite (one writer at a time, readers continue under WAL), ``SELECT ... FOR UPDATE`` on the model row on
+PostgreSQL (ARCHITECTURE.md §4).  Reads use plain transactions.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+WRITE_OPTION = "olu_write"
+
+
+def make_engine(url: str, *, sqlite_synchronous: str = "FULL") -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 60})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_connect(dbapi_conn, _record):  # pragma: no cover - exercised by every SQLite test
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (pysqlite's own BEGIN is deferred)
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA synchronous={sqlite_synchronous}")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=60000")
+            cur.execute("PRAGMA secure_delete=ON")  # forgotten rows leave no copy in free pages
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn):
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE_OPTION) else "BEGIN")
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+class Database:
+    def __init__(self, url: str, *, sqlite_synchronous: str = "FULL"):
+        self.url = url
+        self.engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
+        self.is_sqlite = self.engine.dialect.name == "sqlite"
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with self._sessions() as session:
+            with session.begin():
+                yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """One transaction; on SQLite it takes the write lock up front (BEGIN IMMEDIATE)."""
+        with self._sessions() as session:
+            session.connection(execution_options={WRITE_OPTION: True})
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+
+    def dispose(self) -> None:
+        self.engine.dispose()

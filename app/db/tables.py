@@ -1,0 +1,167 @@
+"""SQLAlchemy 2.0 tables.  The schema changes only through Alembic migrations (migrations/)."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (BigInteger, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, MetaData,
+                        String, Text, UniqueConstraint)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    record_key: Mapped[bytes] = mapped_column(LargeBinary)  # HMAC key for record commitments; never served
+    log_size: Mapped[int] = mapped_column(BigInteger, default=0)  # per-tenant append-only receipt counter
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    prefix: Mapped[str] = mapped_column(String(32), unique=True)
+    key_hash: Mapped[str] = mapped_column(String(64))  # SHA-256 hex of the whole key
+    scopes: Mapped[str] = mapped_column(String(64))  # space-separated
+    label: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Model(Base):
+    __tablename__ = "models"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    algorithm: Mapped[str] = mapped_column(String(40))
+    spec_json: Mapped[str] = mapped_column(Text)  # the immutable public spec (with calibrated rho)
+    status: Mapped[str] = mapped_column(String(20))  # ready | retrain_required | deleted
+    step: Mapped[int] = mapped_column(BigInteger, default=0)
+    n_records: Mapped[int] = mapped_column(BigInteger, default=0)
+    n_forgotten: Mapped[int] = mapped_column(BigInteger, default=0)
+    version: Mapped[int] = mapped_column(BigInteger, default=0)
+    epoch: Mapped[int] = mapped_column(Integer, default=1)
+    rho_spent: Mapped[float] = mapped_column(Float, default=0.0)
+    ledger_json: Mapped[str] = mapped_column(Text, default="{}")  # the engine's public ledger() after the last write
+    constants_json: Mapped[str] = mapped_column(Text, default="{}")  # public constants L, beta, mu, D
+    guarantee_json: Mapped[str] = mapped_column(Text, default="{}")  # the instance's guarantee wording
+    published: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # float64 LE weights + bias
+    published_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    __table_args__ = (Index("ix_models_tenant_created", "tenant_id", "created_at", "id"),)
+
+
+class ModelState(Base):
+    """The secret state: the engine's named arrays in one blob.  Never served."""
+
+    __tablename__ = "model_states"
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id"), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger)
+    blob: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Record(Base):
+    __tablename__ = "records"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(40))
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id"))
+    commitment: Mapped[str] = mapped_column(String(64))  # HMAC-SHA256(tenant record key, record id), hex
+    step: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(12))  # learned | forgotten
+    learned_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    forgotten_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    receipt_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    # HMAC of the example's bytes, kept only for families whose clients send features to unlearn; erased on forget
+    example_mac: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    __table_args__ = (
+        UniqueConstraint("model_id", "commitment", name="uq_records_model_commitment"),
+        Index("ix_records_tenant_commitment", "tenant_id", "commitment"),
+        Index("ix_records_model_step", "model_id", "step"),
+    )
+
+
+class Receipt(Base):
+    __tablename__ = "receipts"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    model_id: Mapped[str] = mapped_column(String(40))  # kept after the model is deleted
+    log_index: Mapped[int] = mapped_column(BigInteger)
+    record_commitment: Mapped[str] = mapped_column(String(64))
+    body: Mapped[bytes] = mapped_column(LargeBinary)  # canonical JSON of the signed receipt
+    issued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "log_index", name="uq_receipts_tenant_log_index"),
+        Index("ix_receipts_model_log_index", "model_id", "log_index"),
+        Index("ix_receipts_tenant_commitment", "tenant_id", "record_commitment"),
+    )
+
+
+class LedgerEntry(Base):
+    __tablename__ = "ledger_entries"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    model_id: Mapped[str] = mapped_column(String(40), index=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    receipt_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    kind: Mapped[str] = mapped_column(String(20))  # deletion | restart | retrain
+    step: Mapped[int] = mapped_column(BigInteger)
+    sigma: Mapped[float] = mapped_column(Float)
+    rho: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class IdempotencyRecord(Base):
+    """A state-changing request made with an Idempotency-Key: its fingerprint and, once done, its answer."""
+
+    __tablename__ = "idempotency_keys"
+    tenant_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(12))  # in_progress | done
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    response: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class RetainedExample(Base):
+    """An example kept for a data-holding family.  Deleted (not flagged) when its record is forgotten."""
+
+    __tablename__ = "retained_examples"
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id"), primary_key=True)
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    x: Mapped[bytes] = mapped_column(LargeBinary)  # little-endian float64
+    y: Mapped[float] = mapped_column(Float)
+
+
+class MerkleNode(Base):
+    """RFC 6962 tree of a tenant's receipt log: the root of each complete perfect subtree, written once."""
+
+    __tablename__ = "merkle_nodes"
+    tenant_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    idx: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    hash: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Checkpoint(Base):
+    """A signed tree head of a tenant's log, one per tree size the service has signed."""
+
+    __tablename__ = "checkpoints"
+    tenant_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tree_size: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    body: Mapped[str] = mapped_column(Text)  # the checkpoint JSON as served
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
