@@ -1,0 +1,60 @@
+"""Audit reads: ledger, deletion log, receipts, record status (audit scope)."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+
+from ..schemas.api import ConsistencyProof, ExportBundle, Ledger, Receipt, ReceiptList, RecordStatus, SignedCheckpoint
+from .deps import Auditor, get_ctx
+from .problems import responses
+
+router = APIRouter(prefix="/v1", tags=["audit"])
+Limit = Annotated[int, Query(ge=1, le=200)]
+
+
+@router.get("/models/{model_id}/ledger", response_model=Ledger, responses=responses(401, 403, 404))
+def get_ledger(model_id: str, request: Request, p: Auditor):
+    """The privacy ledger with every entry (also for deleted models)."""
+    return get_ctx(request).models.ledger(p.tenant_id, model_id)
+
+
+@router.get("/models/{model_id}/deletions", response_model=ReceiptList, responses=responses(401, 403, 404, 422))
+def list_deletions(model_id: str, request: Request, p: Auditor,
+                   cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None, limit: Limit = 50,
+                   since: datetime | None = None, until: datetime | None = None):
+    """The model's deletion receipts in log order, with cursor pagination and an optional issued-at window
+    (``since`` inclusive, ``until`` exclusive); also for deleted models."""
+    return get_ctx(request).models.deletions(p.tenant_id, model_id, cursor, limit, since, until)
+
+
+@router.get("/receipts/{receipt_id}", response_model=Receipt, responses=responses(401, 403, 404))
+def get_receipt(receipt_id: str, request: Request, p: Auditor):
+    return get_ctx(request).models.receipt(p.tenant_id, receipt_id)
+
+
+@router.get("/audit/records/{record_id}", response_model=RecordStatus, responses=responses(401, 403, 404))
+def get_record_status(record_id: Annotated[str, Path(max_length=256)], request: Request, p: Auditor):
+    """Where a client record id was learned and whether it was forgotten, across the tenant's models."""
+    return get_ctx(request).models.record_status(p.tenant_id, record_id)
+
+
+@router.get("/audit/checkpoint", response_model=SignedCheckpoint, responses=responses(401, 403))
+def get_checkpoint(request: Request, p: Auditor):
+    """The signed checkpoint (tree size, root hash, time, key id) of the tenant's receipt log."""
+    return get_ctx(request).models.checkpoint(p.tenant_id)
+
+
+@router.get("/audit/consistency", response_model=ConsistencyProof, responses=responses(401, 403, 422))
+def get_consistency(request: Request, p: Auditor, from_size: Annotated[int, Query(ge=1)],
+                    to_size: Annotated[int | None, Query(ge=1)] = None):
+    """RFC 9162 consistency proof between two sizes of the tenant's log, with both signed checkpoints."""
+    return get_ctx(request).models.consistency(p.tenant_id, from_size, to_size)
+
+
+@router.get("/audit/export", response_model=ExportBundle, responses=responses(401, 403, 404, 422))
+def export_bundle(request: Request, p: Auditor, record_id: Annotated[str | None, Query(max_length=256)] = None,
+                  model_id: str | None = None):
+    """An offline-verifiable bundle for one record (across the tenant's models) or one model's deletions."""
+    return get_ctx(request).models.export(p.tenant_id, record_id, model_id)

@@ -1,0 +1,64 @@
+"""Request dependencies: authentication, scopes, the application context."""
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from ..errors import Problem
+from ..services.auth import Principal
+
+SCOPES = ("write", "predict", "audit")
+
+
+def get_ctx(request: Request):
+    return request.app.state.ctx
+
+
+def _bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Problem(401, "unauthorized", "Send 'Authorization: Bearer <token>'.")
+    return token.strip()
+
+
+def authenticate(request: Request) -> Principal:
+    token = _bearer(request)
+    ctx = get_ctx(request)
+    admin = ctx.settings.admin_token
+    if admin is not None and hmac.compare_digest(token.encode(), admin.get_secret_value().encode()):
+        return Principal(None, frozenset(), None, is_admin=True)
+    principal = ctx.tenants.authenticate(token)
+    if principal is None:
+        raise Problem(401, "unauthorized", "Unknown or revoked key.")
+    return principal
+
+
+def require_admin(request: Request) -> Principal:
+    p = authenticate(request)
+    if not p.is_admin:
+        raise Problem(403, "forbidden", "This operation needs the admin token.")
+    return p
+
+
+def require(scope: str | None):
+    """A tenant key with ``scope`` (None: any tenant key)."""
+
+    def dep(request: Request) -> Principal:
+        p = authenticate(request)
+        if p.is_admin:
+            raise Problem(403, "forbidden", "The admin token manages tenants and keys only.")
+        if scope is not None and scope not in p.scopes:
+            raise Problem(403, "forbidden", f"This operation needs the '{scope}' scope.")
+        return p
+
+    return dep
+
+
+Writer = Annotated[Principal, Depends(require("write"))]
+Predictor = Annotated[Principal, Depends(require("predict"))]
+Auditor = Annotated[Principal, Depends(require("audit"))]
+AnyKey = Annotated[Principal, Depends(require(None))]
+Admin = Annotated[Principal, Depends(require_admin)]

@@ -1,0 +1,157 @@
+"""The learn request body in its two shapes, decoded without a pydantic model per example.
+
+- per-example ``{"examples": [{"id", "x", "y"}]}`` (``LearnRequest``): validated by pydantic exactly as before;
+- columnar ``{"ids": [..], "x": [[..]], "y": [..]}`` (``LearnColumnarRequest``): decoded by orjson and converted
+  straight into float64 arrays by numpy, in JSON or, for bulk clients, as ``application/msgpack`` (where ``x`` and
+  ``y`` may also be raw little-endian float64 bytes, row-major).
+
+Both shapes get the same checks with the same answers: ids are 1..256-character strings, at least one example,
+numbers only and finite (422 validation-error); the service then checks the batch limit (413), duplicate ids
+(422/409), the dimension (422 invalid-dimension) and the declared bounds (422 out-of-bounds-input).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+from fastapi.exceptions import RequestValidationError
+from pydantic import TypeAdapter, ValidationError
+
+from ..errors import Problem
+from ..schemas.api import LearnRequest, RecordId
+
+MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
+_IDS = TypeAdapter(list[RecordId])
+
+
+@dataclass
+class LearnBatch:
+    ids: list[str]
+    X: Any  # list of lists (per-example shape) or a float64 array (columnar)
+    y: Any
+    model: Any  # what the idempotency fingerprint is computed from (``model_dump_json``)
+
+
+class _ColumnarFingerprint:
+    """The columnar batch fingerprinted as its per-example equivalent: a retry in either shape replays."""
+
+    def __init__(self, ids: list[str], X: np.ndarray, y: np.ndarray):
+        self.ids, self.X, self.y = ids, X, y
+
+    def model_dump_json(self) -> str:
+        from ..schemas.api import Example
+
+        return LearnRequest.model_construct(examples=[
+            Example.model_construct(id=i, x=row, y=v) for i, row, v in zip(self.ids, self.X.tolist(), self.y.tolist())
+        ]).model_dump_json()
+
+
+def _error(loc: tuple, msg: str, kind: str) -> RequestValidationError:
+    return RequestValidationError([{"loc": ("body", *loc), "msg": msg, "type": kind}])
+
+
+def _decode(raw: bytes, content_type: str) -> Any:
+    if not raw:
+        raise _error((), "Field required", "missing")
+    if content_type.split(";")[0].strip().lower() in MSGPACK_TYPES:
+        try:
+            import msgpack  # optional dependency (extra "fast"); without it msgpack bodies are refused
+        except ImportError:
+            raise Problem(415, "unsupported-media-type", "This server does not accept application/msgpack "
+                          "(the msgpack package is not installed); send JSON.") from None
+        try:
+            return msgpack.unpackb(raw, raw=False, strict_map_key=True)
+        except Exception:  # noqa: BLE001 - any decode failure is the client's
+            raise _error((), "msgpack decode error", "msgpack_invalid") from None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:  # as before: Python's json accepts NaN/Infinity literals, which then fail the finiteness check
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        raise _error((0,), "JSON decode error", "json_invalid") from None
+
+
+def _floats(value: Any, name: str, n: int | None) -> np.ndarray:
+    """A float64 array from a (nested) list of numbers or, in msgpack, raw little-endian float64 bytes."""
+    if isinstance(value, (bytes, bytearray)):
+        if len(value) % 8:
+            raise _error((name,), "raw float64 bytes must have a length divisible by 8", "bytes_invalid")
+        arr = np.frombuffer(value, dtype="<f8").astype(np.float64)
+        if name == "x":
+            if not n or arr.size % n:
+                raise _error((name,), f"raw x must hold {n} rows of equal length", "bytes_invalid")
+            arr = arr.reshape(n, arr.size // n)
+        return arr
+    if not isinstance(value, list):
+        raise _error((name,), "Input should be a valid list", "list_type")
+    if name == "x" and not all(isinstance(row, list) for row in value):
+        i = next(i for i, row in enumerate(value) if not isinstance(row, list))
+        raise _error((name, i), "Input should be a valid list", "list_type")
+    try:
+        arr = np.array(value, dtype=np.float64)
+    except ValueError as e:
+        if "inhomogeneous" in str(e) or "sequence" in str(e):  # ragged rows: as the per-example shape answers
+            raise Problem(422, "invalid-dimension", "Every feature vector must have the model's dimension.") from None
+        raise _error((name,), "Input should be a valid number", "float_parsing") from None
+    except (TypeError, OverflowError):
+        raise _error((name,), "Input should be a valid number", "float_parsing") from None
+    return arr
+
+
+def _columnar(obj: dict) -> LearnBatch:
+    extra = set(obj) - {"ids", "x", "y"}
+    if extra:
+        key = sorted(map(str, extra))[0]
+        raise _error((key,), "Extra inputs are not permitted", "extra_forbidden")
+    for key in ("ids", "x", "y"):
+        if key not in obj:
+            raise _error((key,), "Field required", "missing")
+    try:
+        ids = _IDS.validate_python(obj["ids"])
+    except ValidationError as e:
+        raise RequestValidationError([{**err, "loc": ("body", "ids", *err["loc"])} for err in e.errors()]) from None
+    if not ids:
+        raise _error(("ids",), "List should have at least 1 item after validation, not 0", "too_short")
+    n = len(ids)
+    y = _floats(obj["y"], "y", n)
+    X = _floats(obj["x"], "x", n)
+    if y.shape != (n,):
+        raise _error(("y",), f"y must be a list of {n} numbers, one per id", "invalid_length")
+    if X.ndim != 2 or X.shape[0] != n:
+        raise _error(("x",), f"x must be a list of {n} feature vectors, one per id", "invalid_length")
+    bad = ~np.isfinite(X).all(axis=1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise _error(("x", i), "Input should be a finite number", "finite_number")
+    bad = ~np.isfinite(y)
+    if bad.any():
+        raise _error(("y", int(np.flatnonzero(bad)[0])), "Input should be a finite number", "finite_number")
+    return LearnBatch(ids, X, y, _ColumnarFingerprint(ids, X, y))
+
+
+def parse_learn_body(raw: bytes, content_type: str | None) -> LearnBatch:
+    """Decode and validate a learn body of either shape (RequestValidationError -> 422 validation-error)."""
+    obj = _decode(raw, content_type or "application/json")
+    if isinstance(obj, dict) and "examples" not in obj and ("ids" in obj or "x" in obj or "y" in obj):
+        return _columnar(obj)
+    try:
+        body = LearnRequest.model_validate(obj)
+    except ValidationError as e:
+        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in e.errors()]) from None
+    ex = body.examples
+    return LearnBatch([e.id for e in ex], [e.x for e in ex], [e.y for e in ex], body)
+
+
+def openapi_request_body() -> dict:
+    """The learn requestBody: either shape in JSON, the columnar shape in msgpack."""
+    ref = "#/components/schemas/"
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"oneOf": [{"$ref": ref + "LearnRequest"},
+                                                  {"$ref": ref + "LearnColumnarRequest"}]}},
+        "application/msgpack": {"schema": {"$ref": ref + "LearnColumnarRequest"}},
+    }}}

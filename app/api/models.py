@@ -1,0 +1,107 @@
+"""Models: create, list, get, delete, learn, unlearn, predict, published parameters."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+
+from ..schemas.api import (LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
+                           PredictResponse, RetrainResponse, UnlearnRequest, UnlearnResponse)
+from . import idempotent
+from .learn_body import openapi_request_body, parse_learn_body
+from .deps import AnyKey, Predictor, Writer, get_ctx
+from .problems import responses
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+Limit = Annotated[int, Query(ge=1, le=200)]
+IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255,
+                                       description="Retries with the same key and body return the first answer.")]
+
+
+@router.post("", status_code=201, response_model=Model, responses=responses(401, 403, 422))
+def create_model(body: ModelCreate, request: Request, p: Writer, idempotency_key: IdemKey = None):
+    """Create a model. Its public constants and privacy calibration derive from the declared bounds."""
+    return idempotent.run(request, p.tenant_id, body, Model, 201,
+                          lambda guard: get_ctx(request).models.create(p.tenant_id, body.model_dump(), guard))
+
+
+@router.get("", response_model=ModelList, responses=responses(401, 403, 422))
+def list_models(request: Request, p: AnyKey, cursor: str | None = None, limit: Limit = 50):
+    """The tenant's models, oldest first, with cursor pagination."""
+    return get_ctx(request).models.list(p.tenant_id, cursor, limit)
+
+
+@router.get("/{model_id}", response_model=Model, responses=responses(401, 403, 404))
+def get_model(model_id: str, request: Request, p: AnyKey):
+    return get_ctx(request).models.get(p.tenant_id, model_id)
+
+
+@router.delete("/{model_id}", status_code=204, response_class=Response, responses=responses(401, 403, 404))
+def delete_model(model_id: str, request: Request, p: Writer):
+    """Delete a model: secret state, records and data are erased; receipts and the log are kept."""
+    get_ctx(request).models.delete(p.tenant_id, model_id)
+    return Response(status_code=204)
+
+
+async def _raw_body(request: Request) -> bytes:
+    return await request.body()
+
+
+@router.post("/{model_id}/learn", response_model=LearnResponse, responses=responses(401, 403, 404, 409, 413, 422),
+             openapi_extra=openapi_request_body())
+def learn(model_id: str, request: Request, p: Writer, raw: Annotated[bytes, Depends(_raw_body)],
+          idempotency_key: IdemKey = None):
+    """Learn a batch of examples in order. Record ids must be new to the model; the batch is all-or-nothing.
+
+    Two body shapes: per example `{"examples": [{"id", "x", "y"}]}`, or columnar `{"ids": [..], "x": [[..]],
+    "y": [..]}` (faster to decode; also as `application/msgpack`)."""
+    batch = parse_learn_body(raw, request.headers.get("content-type"))
+    return idempotent.run(request, p.tenant_id, batch.model, LearnResponse, 200, lambda guard: get_ctx(request).models.learn(
+        p.tenant_id, model_id, batch.ids, batch.X, batch.y, guard))
+
+
+def install_openapi(app) -> None:
+    """Publish the two learn body schemas (the learn route parses its body itself, so FastAPI does not see them)."""
+    from pydantic.json_schema import models_json_schema
+
+    build = app.openapi
+
+    def openapi():
+        if app.openapi_schema is None:
+            doc = build()
+            _, defs = models_json_schema([(LearnRequest, "validation"), (LearnColumnarRequest, "validation")],
+                                         ref_template="#/components/schemas/{model}")
+            doc.setdefault("components", {}).setdefault("schemas", {}).update(defs["$defs"])
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+
+@router.post("/{model_id}/unlearn", response_model=UnlearnResponse,
+             responses=responses(401, 403, 404, 409, 413, 422))
+def unlearn(model_id: str, body: UnlearnRequest, request: Request, p: Writer, idempotency_key: IdemKey = None):
+    """Forget records by id. Each forgotten record gets a signed certificate receipt; all-or-nothing."""
+    return idempotent.run(request, p.tenant_id, body, UnlearnResponse, 200,
+                          lambda guard: get_ctx(request).models.unlearn(
+                              p.tenant_id, model_id, list(body.ids), guard,
+                              [(e.id, e.x, e.y) for e in body.examples] if body.examples else None))
+
+
+@router.post("/{model_id}/retrain", response_model=RetrainResponse, responses=responses(401, 403, 404, 409, 422))
+def retrain(model_id: str, request: Request, p: Writer, idempotency_key: IdemKey = None):
+    """Exact retrain on the retained examples (data-holding families): starts a new ledger epoch."""
+    return idempotent.run(request, p.tenant_id, None, RetrainResponse, 200,
+                          lambda guard: get_ctx(request).models.retrain(p.tenant_id, model_id, guard))
+
+
+@router.post("/{model_id}/predict", response_model=PredictResponse, responses=responses(401, 403, 404, 413, 422))
+def predict(model_id: str, body: PredictRequest, request: Request, p: Predictor):
+    """Predict with the published parameters."""
+    return get_ctx(request).models.predict(p.tenant_id, model_id, body.x)
+
+
+@router.get("/{model_id}/parameters", response_model=Parameters, responses=responses(401, 403, 404))
+def get_parameters(model_id: str, request: Request, p: Predictor):
+    """The published (noisy) parameters: the only parameters that ever leave the service."""
+    return get_ctx(request).models.parameters(p.tenant_id, model_id)

@@ -1,0 +1,108 @@
+"""The composition root: ``create_app(settings)`` builds every global object; ``app`` is the ASGI app."""
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from .api import admin, audit, models, problems, system
+from .api.limits import BodySizeLimit
+from .api.ratelimit import RateLimit
+from .config import Settings
+from .crypto import load_cipher
+from .db.migrate import migration_status, upgrade_to_head
+from .db.session import Database
+from .observability import Metrics, ObservabilityMiddleware, configure_logging
+from .receipts.keys import load_or_create_keyring
+from .registry import ModelRegistry
+from .services.idempotency import IdempotencyStore
+from .services.models import ModelService
+from .services.receipts import ReceiptIssuer
+from .services.tenants import TenantService
+
+log = logging.getLogger("olu")
+
+
+@dataclass
+class Context:
+    settings: Settings
+    db: Database
+    keyring: object
+    tenants: TenantService
+    models: ModelService
+    idempotency: IdempotencyStore
+    metrics: Metrics
+
+    def readiness(self) -> dict[str, str]:
+        checks = {}
+        try:
+            checks["database"] = "ok"
+            checks["schema"] = "ok" if migration_status(self.db.engine) == "head" else "not at head"
+        except Exception:  # noqa: BLE001 - readiness reports, never raises
+            checks["database"] = "unreachable"
+            checks["schema"] = "unknown"
+        checks["signing_key"] = "ok" if getattr(self.keyring, "active", None) is not None else "missing"
+        return checks
+
+
+def _operation_id(route: APIRoute) -> str:
+    return route.name  # stable, readable SDK method names (create_model, learn, unlearn, ...)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.resolved_database_url, sqlite_synchronous=settings.sqlite_synchronous)
+    if settings.auto_migrate:
+        upgrade_to_head(db.engine)
+    keyring = load_or_create_keyring(
+        settings.data_dir,
+        settings.signing_key.get_secret_value() if settings.signing_key else None,
+        settings.signing_key_file,
+    )
+    configure_logging(settings.log_level)
+    cipher = load_cipher(settings.data_dir,
+                         settings.encryption_key.get_secret_value() if settings.encryption_key else None,
+                         settings.encryption_keys_old.get_secret_value() if settings.encryption_keys_old else None)
+    registry = ModelRegistry(cipher=cipher)
+    metrics = Metrics()
+    ctx = Context(settings, db, keyring, TenantService(db, cipher),
+                  ModelService(db, registry, ReceiptIssuer(keyring), settings, metrics), IdempotencyStore(db), metrics)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        db.dispose()
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="Certified unlearning service",
+        version="1.0.0",
+        description="Learn, unlearn and predict on streaming models; every forget is answered with a signed "
+                    "certificate receipt. Only published (noisy) parameters ever leave the service.",
+        generate_unique_id_function=_operation_id,
+    )
+    app.state.ctx = ctx
+    problems.install(app)
+    problems.document_problems(app)
+    for router in (admin.router, models.router, audit.router, system.router):
+        app.include_router(router)
+    models.install_openapi(app)  # the learn body schemas (both shapes)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RateLimit, rate=settings.rate_limit or 0, burst=settings.rate_limit_burst)
+    app.add_middleware(ObservabilityMiddleware, metrics=metrics)
+    app.add_middleware(problems.ErrorBoundary)  # outermost: a 500 never drops the client's connection
+
+    return app
+
+
+def __getattr__(name: str):
+    """``app.main:app`` builds the application from the environment on first access (uvicorn app.main:app)."""
+    if name == "app":
+        application = create_app()
+        globals()["app"] = application
+        return application
+    raise AttributeError(name)

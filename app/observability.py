@@ -1,0 +1,103 @@
+"""Prometheus metrics and structured JSON logs with request ids.
+
+Metrics live in a registry per app (so several apps in one process, as in tests, do not collide).  Labels are
+bounded: method, route template, status class, problem type; never tenant, model or record ids.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import sys
+import time
+from contextvars import ContextVar
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+request_id_var: ContextVar[str] = ContextVar("request_id", default="-")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("olu_http_requests_total", "HTTP requests", ["method", "route", "status"], registry=r)
+        self.latency = Histogram("olu_http_request_duration_seconds", "HTTP request latency", ["method", "route"],
+                                 registry=r, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10))
+        self.examples_learned = Counter("olu_examples_learned_total", "Examples learned", registry=r)
+        self.deletions = Counter("olu_deletions_total", "Records forgotten (receipts issued)", ["mechanism"], registry=r)
+        self.refusals = Counter("olu_refusals_total", "Requests refused with a problem", ["type"], registry=r)
+        self.rho_spent = Counter("olu_rho_spent_total", "zCDP rho charged by deletions, summed over models", registry=r)
+        self.models_created = Counter("olu_models_created_total", "Models created", registry=r)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, request id, and any ``extra`` fields."""
+
+    RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+               "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage(),
+               "request_id": request_id_var.get()}
+        for k, v in record.__dict__.items():
+            if k not in self.RESERVED and not k.startswith("_"):
+                out[k] = v
+        if record.exc_info:
+            out["exc_type"] = record.exc_info[0].__name__ if record.exc_info[0] else None  # no values: no secrets
+        return json.dumps(out, default=str)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    root = logging.getLogger("olu")
+    if any(isinstance(h.formatter, JsonFormatter) for h in root.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+access_log = logging.getLogger("olu.access")
+
+
+class ObservabilityMiddleware:
+    """Request id (X-Request-ID in and out), access log line and HTTP metrics, as pure ASGI."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        incoming = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode("latin-1")
+        rid = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else secrets.token_hex(8)
+        token = request_id_var.set(rid)
+        start = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + [(b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - start
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = scope.get("method", "")
+            self.metrics.requests.labels(method, template, f"{status // 100}xx").inc()
+            self.metrics.latency.labels(method, template).observe(elapsed)
+            access_log.info("request", extra={"method": method, "route": template, "status": status,
+                                              "duration_ms": round(elapsed * 1000, 3)})
+            request_id_var.reset(token)

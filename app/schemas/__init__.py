@@ -1,0 +1,1 @@
+"""Pydantic request/response models: the public contract, mirrored in openapi/openapi.json."""

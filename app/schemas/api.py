@@ -1,0 +1,341 @@
+"""Request and response shapes of API.md.  Field names are part of the contract."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+# SQLite returns naive datetimes even for DateTime(timezone=True) columns: every stored time is UTC, say so
+# (an RFC 3339 date-time needs the offset)
+UtcDatetime = Annotated[datetime, AfterValidator(lambda d: d if d.tzinfo else d.replace(tzinfo=timezone.utc))]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+RecordId = Annotated[str, Field(min_length=1, max_length=256, description="The client's record id.")]
+Scope = Literal["write", "predict", "audit"]
+LossName = Literal["logistic", "squared", "huber"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- tenants and keys ---------------------------------------------------------------------------------
+class TenantCreate(Strict):
+    name: str = Field(min_length=1, max_length=200)
+
+
+class TenantCreated(BaseModel):
+    id: str
+    name: str
+    api_key: str = Field(description="Shown once; carries the write, predict and audit scopes.")
+
+
+class KeyCreate(Strict):
+    scopes: list[Scope] = Field(min_length=1, max_length=3)
+    label: str | None = Field(None, max_length=200)
+
+
+class KeyCreated(BaseModel):
+    id: str
+    api_key: str = Field(description="Shown once.")
+    scopes: list[Scope]
+    label: str | None = None
+
+
+class PublicKey(BaseModel):
+    key_id: str
+    alg: Literal["Ed25519"] = "Ed25519"
+    public_key: str = Field(description="Base64 of the raw 32-byte Ed25519 public key.")
+    status: str = "active"
+    not_before: str | None = None
+    not_after: str | None = None
+
+
+class PublicKeys(BaseModel):
+    keys: list[PublicKey]
+
+
+# ---- models ----------------------------------------------------------------------------------------------
+class Bounds(Strict):
+    x_norm: PositiveFinite = Field(description="Largest accepted L2 norm of a feature vector.")
+    y_abs: PositiveFinite = Field(1.0, description="Largest accepted |label| (squared and huber losses).")
+
+
+class PrivacyTarget(Strict):
+    epsilon: PositiveFinite = Field(1.0, description="Target epsilon of the (epsilon, delta) guarantee.")
+    delta: float = Field(1e-6, ge=1e-300, lt=1, description="Target delta (at least 1e-300: log(1/delta) must be finite).")
+
+
+class ModelCreate(Strict):
+    name: str = Field(min_length=1, max_length=200)
+    algorithm: str = Field("passive_olu", description="Model family; see GET /v1/algorithms.")
+    loss: LossName = "logistic"
+    dim: int = Field(ge=1, description="Number of features.")
+    bounds: Bounds
+    domain_radius: PositiveFinite = Field(10.0, description="Parameters live in the L2 ball of this radius.")
+    l2: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(0.01, description="L2 regularisation (mu).")
+    privacy: PrivacyTarget = Field(default_factory=PrivacyTarget)
+    hyperparameters: dict[str, Any] = Field(default_factory=dict, description="Family-specific, all defaulted.")
+
+
+# The public constants are served as a map {L, beta, mu, D} (API.md).  It is typed as a map of numbers
+# rather than an object with a field "D", because openapi-python-client's generated parser shadows its own
+# local variable ``d`` with a field of that name and breaks.
+Constants = Annotated[dict[str, float], Field(
+    description="Public constants derived from the declared bounds: L (Lipschitz constant of the loss on the "
+                "domain), beta (smoothness), mu (strong convexity), D (diameter of the domain); families may "
+                "add more.", examples=[{"L": 1.51, "beta": 0.51, "mu": 0.01, "D": 20.0}])]
+
+
+LEDGER_DETAILS = Field(default_factory=dict, description=(
+    "Family-specific public ledger numbers, e.g. the memory pair's live deletion capacity and sample complexity "
+    "(gamma_capacity, sample_complexity, n_inserts, inference_allowed), rewind's m_max capacity, descent-to-"
+    "delete's per-round epsilon."))
+
+
+class LedgerSummary(BaseModel):
+    accounting: str
+    rho_spent: float | None
+    rho_budget: float | None
+    epsilon: float = Field(description="Epsilon spent so far at the model's delta.")
+    delta: float | None
+    capacity_left: int | None = None
+    details: dict[str, Any] = LEDGER_DETAILS
+
+
+class Guarantee(BaseModel):
+    definition: str
+    statement: str
+
+
+class Model(BaseModel):
+    id: str
+    name: str
+    algorithm: str
+    loss: str
+    dim: int
+    bounds: Bounds
+    domain_radius: float
+    l2: float
+    privacy: PrivacyTarget
+    hyperparameters: dict[str, Any]
+    created_at: UtcDatetime
+    status: Literal["ready", "retrain_required"]
+    step: int
+    n_records: int
+    n_forgotten: int
+    version: int
+    epoch: int
+    constants: Constants
+    ledger_summary: LedgerSummary
+    guarantee: Guarantee
+
+
+class ModelList(BaseModel):
+    items: list[Model]
+    next_cursor: str | None
+
+
+# ---- learn / unlearn / predict -------------------------------------------------------------------------
+class Example(Strict):
+    id: RecordId
+    x: list[Finite]
+    y: Finite
+
+
+class LearnRequest(Strict):
+    examples: list[Example] = Field(min_length=1)
+
+
+class LearnColumnarRequest(Strict):
+    """The columnar learn body: one id, one feature vector and one label per example, in order (decoded straight
+    into arrays; also accepted as application/msgpack, where x and y may be raw little-endian float64 bytes)."""
+
+    ids: list[RecordId] = Field(min_length=1)
+    x: list[list[Finite]] = Field(description="Feature vectors, one per id, each of the model's dimension.")
+    y: list[Finite] = Field(description="Labels, one per id.")
+
+
+class LearnResponse(BaseModel):
+    accepted: int
+    first_step: int
+    last_step: int
+    version: int
+
+
+class UnlearnRequest(Strict):
+    ids: list[RecordId] = Field(min_length=1)
+    examples: list[Example] | None = Field(
+        None, description="The forgotten records' features and labels, for models that keep no data but need them "
+                          "to forget (memory_pair with deletion_features=client); checked against what was learned.")
+
+
+class Mechanism(BaseModel):
+    type: str = Field(description="gaussian (noise into the state) or exact (restart / retrain).")
+    sigma: float
+    sensitivity: float
+    rho: float
+
+
+class ReceiptGuarantee(BaseModel):
+    definition: str
+    alpha: float | None
+    epsilon: float
+    delta: float | None
+    conversion: str
+    statement: str
+
+
+class LedgerAfter(BaseModel):
+    rho_spent: float
+    epsilon: float
+    delta: float | None
+    capacity_left: int | None
+
+
+class SignedCheckpoint(BaseModel):
+    origin: str = Field(description="olu/<tenant_id>")
+    tree_size: int
+    root_hash: str = Field(description="Base64 of the RFC 6962 root hash.")
+    timestamp: str
+    key_id: str
+    signature: str = Field(description="Ed25519 (base64) over '<origin>\\n<tree_size>\\n<root_hash>\\n<timestamp>\\n'.")
+
+
+class ReceiptProof(BaseModel):
+    leaf_index: int
+    tree_size: int
+    hashes: list[str] = Field(description="RFC 9162 audit path, leaf to root, base64.")
+    checkpoint: SignedCheckpoint
+
+
+class Receipt(BaseModel):
+    id: str
+    tenant_id: str
+    model_id: str
+    record_commitment: str
+    learned_step: int
+    forgotten_step: int
+    deletion_index: int
+    epoch: int
+    algorithm: str
+    mechanism: Mechanism
+    guarantee: ReceiptGuarantee
+    ledger_after: LedgerAfter
+    published_parameters_sha256: str
+    model_version: int
+    issued_at: str
+    log_index: int
+    key_id: str
+    signature: str = Field(description="Ed25519 over the RFC 8785 canonical JSON without signature and proof.")
+    proof: ReceiptProof | None = Field(None, description="Inclusion proof against a signed checkpoint "
+                                       "(on GET /v1/receipts/{id} and in export bundles).")
+
+
+class UnlearnResponse(BaseModel):
+    receipts: list[Receipt]
+    version: int
+
+
+class RetrainResponse(BaseModel):
+    version: int
+    epoch: int
+
+
+class PredictRequest(Strict):
+    x: list[list[Finite]] = Field(min_length=1)
+
+
+class PredictResponse(BaseModel):
+    predictions: list[float]
+    scores: list[float]
+    version: int
+
+
+class Parameters(BaseModel):
+    version: int
+    weights: list[float]
+    bias: float
+    published_at: UtcDatetime | None
+
+
+class LedgerEntryOut(BaseModel):
+    receipt_id: str | None
+    kind: str
+    step: int
+    sigma: float
+    rho: float
+
+
+class Ledger(BaseModel):
+    model_id: str
+    epoch: int
+    accounting: str
+    rho_spent: float | None
+    rho_budget: float | None
+    epsilon: float
+    delta: float | None
+    conversion: str
+    capacity_total: int | None
+    capacity_left: int | None
+    entries: list[LedgerEntryOut]
+    details: dict[str, Any] = LEDGER_DETAILS
+
+
+class ReceiptList(BaseModel):
+    items: list[Receipt]
+    next_cursor: str | None
+
+
+class RecordModelStatus(BaseModel):
+    model_id: str
+    status: Literal["learned", "forgotten"]
+    step: int
+    receipt_id: str | None = None
+
+
+class RecordStatus(BaseModel):
+    record_id: str
+    models: list[RecordModelStatus]
+
+
+class ConsistencyProof(BaseModel):
+    from_size: int
+    to_size: int
+    hashes: list[str] = Field(description="RFC 9162 consistency proof, base64 hashes.")
+    from_checkpoint: SignedCheckpoint
+    to_checkpoint: SignedCheckpoint
+
+
+class ExportBundle(BaseModel):
+    """Everything an auditor needs to verify offline: receipts with proofs, the checkpoint, the public keys."""
+
+    receipts: list[Receipt]
+    checkpoint: SignedCheckpoint
+    public_keys: list[PublicKey]
+
+
+class Problem(BaseModel):
+    type: str
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    errors: list[dict[str, Any]] | None = None
+
+
+class Health(BaseModel):
+    status: str
+    checks: dict[str, str] = Field(default_factory=dict)
+
+
+class Algorithm(BaseModel):
+    name: str
+    accounting: str
+    needs_retained_data: bool
+    guarantee: Guarantee
+
+
+class AlgorithmList(BaseModel):
+    items: list[Algorithm]

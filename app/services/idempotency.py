@@ -1,0 +1,93 @@
+"""Idempotency-Key for state-changing POSTs (API.md; draft-ietf-httpapi-idempotency-key-header).
+
+- first request: a row (tenant, key) is claimed as in_progress in its own short transaction; the operation's
+  own transaction stores the answer in that row before it commits, so an answered request is always
+  replayable and a crashed one leaves only a stale claim;
+- retry with the same key and the same request: the stored answer, nothing changes (no second receipt, no
+  budget spent twice);
+- same key, different request: 422 idempotency-key-reused;
+- same key while the first is still running: 409; a claim older than ``stale_after`` seconds (its request
+  died) is taken over.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import timedelta
+
+import orjson
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ..db.session import Database
+from ..db.tables import IdempotencyRecord
+from ..errors import Problem
+from ..ids import utcnow
+
+MAX_KEY_LENGTH = 255
+
+
+@dataclass
+class Replay:
+    status_code: int
+    body: bytes
+
+
+def fingerprint(method: str, path: str, body: bytes) -> str:
+    return hashlib.sha256(method.encode() + b" " + path.encode() + b"\n" + body).hexdigest()
+
+
+class IdempotencyGuard:
+    """One request's claim on a key.  ``complete`` runs inside the operation's transaction."""
+
+    def __init__(self, store: "IdempotencyStore", tenant_id: str, key: str):
+        self.store, self.tenant_id, self.key = store, tenant_id, key
+        self.status_code = 200
+        self.encode = lambda payload: orjson.dumps(payload)  # the API sets the response model's encoder
+
+    def complete(self, s, payload) -> None:
+        s.execute(update(IdempotencyRecord)
+                  .where(IdempotencyRecord.tenant_id == self.tenant_id, IdempotencyRecord.key == self.key)
+                  .values(state="done", status_code=self.status_code, response=self.encode(payload)))
+
+    def release(self) -> None:
+        """The request failed: drop the claim so that a corrected retry can run."""
+        with self.store.db.write() as s:
+            s.execute(delete(IdempotencyRecord).where(IdempotencyRecord.tenant_id == self.tenant_id,
+                                                      IdempotencyRecord.key == self.key,
+                                                      IdempotencyRecord.state == "in_progress"))
+
+
+class IdempotencyStore:
+    def __init__(self, db: Database, stale_after: float = 300.0):
+        self.db, self.stale_after = db, stale_after
+
+    def begin(self, tenant_id: str, key: str, request_hash: str) -> IdempotencyGuard | Replay:
+        if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
+            raise Problem(422, "validation-error", f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} printable characters.")
+        now = utcnow()
+        try:
+            with self.db.write() as s:
+                s.add(IdempotencyRecord(tenant_id=tenant_id, key=key, request_hash=request_hash, state="in_progress",
+                                        created_at=now))
+            return IdempotencyGuard(self, tenant_id, key)
+        except IntegrityError:
+            pass
+        with self.db.write() as s:
+            row = s.scalars(select(IdempotencyRecord).where(IdempotencyRecord.tenant_id == tenant_id,
+                                                            IdempotencyRecord.key == key)).first()
+            if row is None:  # released meanwhile: claim it
+                s.add(IdempotencyRecord(tenant_id=tenant_id, key=key, request_hash=request_hash,
+                                        state="in_progress", created_at=now))
+                return IdempotencyGuard(self, tenant_id, key)
+            if row.request_hash != request_hash:
+                raise Problem(422, "idempotency-key-reused",
+                              "This Idempotency-Key was used with a different request.")
+            if row.state == "done":
+                return Replay(row.status_code or 200, row.response or b"null")
+            created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=now.tzinfo)
+            if now - created < timedelta(seconds=self.stale_after):
+                raise Problem(409, "idempotency-request-in-progress",
+                              "A request with this Idempotency-Key is still being processed; retry later.")
+            row.created_at = now  # the first attempt died without an answer: take over
+            return IdempotencyGuard(self, tenant_id, key)

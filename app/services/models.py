@@ -1,0 +1,480 @@
+"""Use cases on models: create, learn, unlearn, predict, and the audit reads.
+
+Each write runs in one transaction that holds the model's lock (ARCHITECTURE.md §4): load the engine
+(cached copy if its version matches), apply, write state + records + ledger + receipts, commit, answer.
+Nothing here branches on algorithm names: the engine supplies behaviour, constants and accounting.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+from sqlalchemy import delete, insert, select, update
+
+from ..db.session import Database
+from ..db.tables import LedgerEntry, Model, ModelState, Receipt, Record, Tenant
+from ..errors import Problem
+from ..ids import new_id, utcnow
+from ..registry import (ModelRegistry, build_spec, loss_for, published_array, published_bytes, spec_from_json,
+                        spec_to_json)
+from ..unlearning import (ArrayRetained, CapacityExhausted, ForgetError, InputError, NotDeletable, SpecError, Unlearner,
+                          validate_examples)
+from ..db.retained import SqlRetained
+from . import book
+from .ledger import ledger_summary, ledger_view
+from .receipts import ReceiptIssuer, guarantee_of, is_restart
+from .tenants import commitment, commitments, example_mac, open_record_key
+
+IN_CHUNK = 500  # bound on bound parameters per IN (...) query
+_KEEP = object()
+
+
+def _chunks(seq: Sequence, n: int = IN_CHUNK) -> Iterable[Sequence]:
+    for i in range(0, len(seq), n):
+        yield seq[i : i + n]
+
+
+def _placeholder(s) -> str:
+    return "?" if s.bind.dialect.paramstyle == "qmark" else "%s"
+
+
+def _insert_records(s, tenant_id: str, model_id: str, commits: Sequence[str], steps, now,
+                    macs: Sequence[str | None]) -> str | None:
+    """Insert the learned records; return the first commitment (in batch order) the model already holds, if any.
+
+    One multi-row ``INSERT ... ON CONFLICT (model_id, commitment) DO NOTHING RETURNING commitment`` per 500 rows:
+    the unique index answers the duplicate check while inserting (a separate ``IN (...)`` pre-check costs as
+    much again, and on PostgreSQL its plan degrades to scanning the model's rows when statistics are stale).
+    Driver-level SQL skips the ORM's per-row parameter processing; ``learned_at`` goes through the column
+    type's own bind processor, so the stored value is what the ORM would write.  On a clash the caller raises
+    and the transaction (these rows included) rolls back."""
+    col = Record.__table__.c.learned_at
+    dialect = s.bind.dialect
+    proc = col.type.dialect_impl(dialect).bind_processor(dialect)
+    at = proc(now) if proc is not None else now
+    p = _placeholder(s)
+    row_sql = f"({p}, {p}, {p}, {p}, {p}, {p}, {p})"
+    conn = s.connection()
+    for part_c, part_t, part_m in zip(_chunks(commits), _chunks(steps), _chunks(macs)):
+        params: list = []
+        for c, t, m in zip(part_c, part_t, part_m):
+            params += (tenant_id, model_id, c, int(t), "learned", at, m)
+        sql = (f"INSERT INTO {Record.__tablename__} (tenant_id, model_id, commitment, step, status, learned_at, "
+               f"example_mac) "
+               f"VALUES {', '.join([row_sql] * len(part_c))} "
+               f"ON CONFLICT (model_id, commitment) DO NOTHING RETURNING commitment")
+        inserted = {r[0] for r in conn.exec_driver_sql(sql, tuple(params))}
+        if len(inserted) < len(part_c):
+            return next(c for c in part_c if c not in inserted)
+    return None
+
+
+class ModelService:
+    def __init__(self, db: Database, registry: ModelRegistry, issuer: ReceiptIssuer, settings, metrics=None):
+        self.db, self.registry, self.issuer, self.settings = db, registry, issuer, settings
+        self.metrics = metrics
+
+    # ---- reading helpers ------------------------------------------------------------------------------
+    def _row(self, s, tenant_id: str, model_id: str, *, lock: bool = False, include_deleted: bool = False) -> Model:
+        q = select(Model).where(Model.id == model_id, Model.tenant_id == tenant_id)
+        if not include_deleted:
+            q = q.where(Model.status != "deleted")
+        if lock and not self.db.is_sqlite:  # SQLite: BEGIN IMMEDIATE already holds the write lock
+            q = q.with_for_update()
+        row = s.scalars(q).first()
+        if row is None:
+            raise Problem(404, "model-not-found", f"No model {model_id}.")
+        return row
+
+    def view(self, row: Model) -> dict[str, Any]:
+        spec = json.loads(row.spec_json)
+        ledger = json.loads(row.ledger_json)
+        return {
+            "id": row.id, "name": row.name, "algorithm": row.algorithm, "loss": spec["loss"], "dim": spec["dim"],
+            "bounds": {"x_norm": spec["x_norm"], "y_abs": spec["y_abs"]},
+            "domain_radius": spec["domain_radius"], "l2": spec["l2"],
+            "privacy": {"epsilon": spec["epsilon"], "delta": spec["delta"]},
+            "hyperparameters": spec["hyperparameters"], "created_at": row.created_at,
+            "status": row.status, "step": row.step, "n_records": row.n_records, "n_forgotten": row.n_forgotten,
+            "version": row.version, "epoch": row.epoch, "constants": json.loads(row.constants_json),
+            "ledger_summary": ledger_summary(ledger, spec),
+            "guarantee": json.loads(row.guarantee_json),
+        }
+
+    # ---- models ------------------------------------------------------------------------------------------
+    def create(self, tenant_id: str, payload: dict[str, Any], guard=None) -> dict[str, Any]:
+        try:
+            spec = build_spec(payload, max_dim=self.settings.max_dim)
+        except SpecError as e:
+            raise Problem(422, "invalid-model-spec", str(e)) from None
+        except (ArithmeticError, ValueError):  # e.g. bounds near 1e308 overflow the constants (was a 500)
+            raise Problem(422, "invalid-model-spec", "The declared bounds give no finite constants.") from None
+        engine = self.registry.new_engine(spec)
+        if not all(np.isfinite(v) for v in engine.constants().values() if isinstance(v, (int, float))):
+            # e.g. domain_radius near 1e308: D = 2R overflows; such a model could certify nothing (was served as null)
+            raise Problem(422, "invalid-model-spec", "The declared bounds give no finite constants.")
+        now = utcnow()
+        model_id = new_id("mdl")
+        row = Model(
+            id=model_id, tenant_id=tenant_id, name=payload["name"], algorithm=spec.algorithm,
+            spec_json=spec_to_json(spec), status=engine.status, step=0, n_records=0, n_forgotten=0, version=1,
+            epoch=1, rho_spent=0.0, ledger_json=json.dumps({**engine.ledger(), "book": book.open_book(engine)}),
+            constants_json=json.dumps(engine.constants()), guarantee_json=json.dumps(guarantee_of(engine)),
+            published=published_bytes(engine.published()),
+            published_at=now, created_at=now, updated_at=now,
+        )
+        with self.db.write() as s:
+            s.add(row)
+            s.flush()
+            s.add(ModelState(model_id=model_id, version=1, blob=self.registry.dump(engine, model_id)))
+            result = self.view(row)
+            if guard is not None:
+                guard.complete(s, result)
+        self.registry.checkin(model_id, 1, engine)
+        if self.metrics:
+            self.metrics.models_created.inc()
+        return result
+
+    def get(self, tenant_id: str, model_id: str) -> dict[str, Any]:
+        with self.db.read() as s:
+            return self.view(self._row(s, tenant_id, model_id))
+
+    def list(self, tenant_id: str, cursor: str | None, limit: int) -> dict[str, Any]:
+        q = select(Model).where(Model.tenant_id == tenant_id, Model.status != "deleted")
+        if cursor:
+            q = q.where(Model.id > cursor)
+        with self.db.read() as s:
+            rows = list(s.scalars(q.order_by(Model.id).limit(limit + 1)))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return {"items": [self.view(r) for r in rows], "next_cursor": rows[-1].id if more else None}
+
+    def delete(self, tenant_id: str, model_id: str) -> None:
+        """Erase the secret state, the records and any retained data; receipts and the log are kept."""
+        with self.db.write() as s:
+            row = self._row(s, tenant_id, model_id, lock=True)
+            s.execute(delete(ModelState).where(ModelState.model_id == model_id))
+            s.execute(delete(Record).where(Record.model_id == model_id))
+            SqlRetained(s, model_id, 0).erase_all()
+            row.status, row.published, row.deleted_at, row.updated_at = "deleted", None, utcnow(), utcnow()
+            row.version += 1
+        self.registry.evict(model_id)
+
+    # ---- learn --------------------------------------------------------------------------------------------
+    def learn(self, tenant_id: str, model_id: str, ids: list[str], X: Any, y: Any, guard=None) -> dict[str, Any]:
+        self._check_batch(len(ids))
+        seen: set[str] = set()
+        for rid in ids:
+            if rid in seen:
+                raise Problem(422, "duplicate-record", f"Record id {rid!r} appears more than once in this batch.")
+            seen.add(rid)
+        with self.db.write() as s:
+            row = self._row(s, tenant_id, model_id, lock=True)
+            spec = spec_from_json(row.spec_json)
+            bad = next((i for i, x in enumerate(X) if len(x) != spec.dim), None)
+            if bad is not None:  # ragged rows make numpy raise ValueError (was a 500)
+                raise Problem(422, "invalid-dimension", f"features must have dimension {spec.dim}", index=bad)
+            try:
+                X, y = validate_examples(spec, loss_for(spec), X, y)
+            except InputError as e:
+                raise Problem(422, e.code, str(e), index=e.index) from None
+            key = self._record_key(s, tenant_id)
+            commits = commitments(key, ids)
+            engine = self._checkout(s, row)
+            store = SqlRetained(s, model_id, spec.dim) if engine.needs_retained_data else None
+            steps = engine.learn(X, y, store)  # on any refusal below the engine is dropped, not checked in
+            now = utcnow()
+            macs = ([example_mac(key, xi, yi) for xi, yi in zip(X, y)]
+                    if engine.needs_deletion_features and not engine.needs_retained_data else [None] * len(ids))
+            clash = _insert_records(s, tenant_id, model_id, commits, steps, now, macs)
+            if clash is not None:  # the transaction rolls back: nothing was learned
+                rid = ids[commits.index(clash)]
+                raise Problem(409, "duplicate-record", f"Record id {rid!r} was already used in this model.")
+            if store is not None:
+                store.add(steps, X, y)
+            self._store(s, row, engine, now, n_records=row.n_records + len(ids))
+            version = row.version
+            result = {"accepted": len(ids), "first_step": int(steps[0]), "last_step": int(steps[-1]),
+                      "version": version}
+            if guard is not None:
+                guard.complete(s, result)
+        self.registry.checkin(model_id, version, engine)
+        if self.metrics:
+            self.metrics.examples_learned.inc(len(ids))
+        return result
+
+    # ---- unlearn ------------------------------------------------------------------------------------------
+    def unlearn(self, tenant_id: str, model_id: str, ids: list[str], guard=None,
+                examples: list[tuple[str, Any, Any]] | None = None) -> dict[str, Any]:
+        self._check_batch(len(ids))
+        if len(set(ids)) != len(ids):
+            raise Problem(422, "validation-error", "Each record id may appear only once in an unlearn request.")
+        exhausted = None
+        with self.db.write() as s:
+            row = self._row(s, tenant_id, model_id, lock=True)
+            if row.status == "retrain_required":
+                raise Problem(409, "retrain-required", "The model can certify no further deletion; retrain it.")
+            key = self._record_key(s, tenant_id)
+            commits = [commitment(key, i) for i in ids]
+            found: dict[str, Record] = {}
+            for part in _chunks(commits):
+                for rec in s.scalars(select(Record).where(Record.model_id == model_id, Record.commitment.in_(part))):
+                    found[rec.commitment] = rec
+            for rid, c in zip(ids, commits):
+                rec = found.get(c)
+                if rec is None:
+                    raise Problem(404, "record-not-found", f"Record {rid!r} was never learned by this model.")
+                if rec.status == "forgotten":
+                    raise Problem(409, "record-already-forgotten", f"Record {rid!r} was already forgotten.",
+                                  receipt_id=rec.receipt_id)
+            engine = self._checkout(s, row)
+            records = [found[c] for c in commits]
+            if engine.needs_retained_data:
+                if examples:
+                    raise Problem(422, "validation-error", "This model keeps its data: send only the ids.")
+                store = SqlRetained(s, model_id, json.loads(row.spec_json)["dim"])
+            elif engine.needs_deletion_features:
+                store = self._client_examples(row, key, ids, records, examples)
+            else:
+                store = None
+            try:
+                certs = engine.forget([r.step for r in records], store)
+            except CapacityExhausted as e:
+                row.status, row.updated_at = "retrain_required", utcnow()
+                exhausted = str(e) or "The model's deletion capacity is spent."
+                certs = None
+            except NotDeletable as e:
+                bad = {rec.step: rid for rid, rec in zip(ids, records)}
+                raise Problem(409, "record-not-deletable", str(e),
+                              record_ids=[bad[t] for t in e.steps if t in bad] or None) from None
+            except ForgetError as e:
+                raise Problem(422, "forget-rejected", str(e)) from None
+            if certs is not None:
+                now = utcnow()
+                if isinstance(store, SqlRetained):
+                    store.erase([r.step for r in records])  # the forgotten examples leave the database
+                receipts = self.issuer.issue(s, row, engine, records, certs, now)
+                for rec, receipt in zip(records, receipts):
+                    rec.status, rec.forgotten_at, rec.receipt_id = "forgotten", now, receipt["id"]
+                    rec.example_mac = None
+                s.execute(insert(LedgerEntry), [
+                    {"model_id": model_id, "epoch": r["epoch"], "receipt_id": r["id"],
+                     "kind": "restart" if is_restart(c) else "deletion",
+                     "step": c.forgotten_step, "sigma": c.sigma, "rho": c.rho, "created_at": now}
+                    for r, c in zip(receipts, certs)])
+                row.epoch = receipts[-1]["epoch"]
+                row.rho_spent = float(engine.ledger().get("rho_spent") or 0.0)
+                row.n_forgotten += len(records)
+                self._store(s, row, engine, now, book=book.record(json.loads(row.ledger_json).get("book"), certs))
+                version = row.version
+                result = {"receipts": receipts, "version": version}
+                if guard is not None:
+                    guard.complete(s, result)
+        if exhausted is not None:
+            self.registry.evict(model_id)
+            raise Problem(409, "deletion-capacity-exhausted", exhausted)
+        self.registry.checkin(model_id, version, engine)
+        if self.metrics:
+            for c in certs:
+                self.metrics.deletions.labels(c.mechanism).inc()
+            self.metrics.rho_spent.inc(sum(c.rho for c in certs))
+        return result
+
+    # ---- retrain ------------------------------------------------------------------------------------------
+    def retrain(self, tenant_id: str, model_id: str, guard=None) -> dict[str, Any]:
+        """Exact retrain on the retained examples: a new ledger epoch, recorded in the ledger."""
+        with self.db.write() as s:
+            row = self._row(s, tenant_id, model_id, lock=True)
+            engine = self._checkout(s, row)
+            if not engine.supports_retrain:
+                raise Problem(409, "retrain-not-supported", f"{row.algorithm} keeps no data to retrain on.")
+            engine.retrain(SqlRetained(s, model_id, json.loads(row.spec_json)["dim"]))
+            now = utcnow()
+            row.epoch += 1
+            row.rho_spent = 0.0
+            s.execute(insert(LedgerEntry), [{"model_id": model_id, "epoch": row.epoch, "receipt_id": None,
+                                             "kind": "retrain", "step": engine.step, "sigma": 0.0, "rho": 0.0,
+                                             "created_at": now}])
+            self._store(s, row, engine, now, book=book.new_epoch(json.loads(row.ledger_json).get("book")))
+            result = {"version": row.version, "epoch": row.epoch}
+            if guard is not None:
+                guard.complete(s, result)
+            version = row.version
+        self.registry.checkin(model_id, version, engine)
+        return result
+
+    # ---- predict and published parameters --------------------------------------------------------------
+    def predict(self, tenant_id: str, model_id: str, X: list[list[float]]) -> dict[str, Any]:
+        self._check_batch(len(X))
+        with self.db.read() as s:  # only the columns a prediction needs (not the whole ORM row)
+            found = s.execute(select(Model.spec_json, Model.published, Model.version, Model.ledger_json).where(
+                Model.id == model_id, Model.tenant_id == tenant_id, Model.status != "deleted")).first()
+        if found is None:
+            raise Problem(404, "model-not-found", f"No model {model_id}.")
+        spec_json, blob, version, ledger = found[0], found[1], found[2], json.loads(found[3])
+        if ledger.get("inference_allowed") is False:
+            raise Problem(409, "inference-not-ready",
+                          f"The model answers predictions once it has learned {ledger.get('sample_complexity')} "
+                          f"examples (it has {ledger.get('n_inserts')}); its inference gate is on.")
+        spec = spec_from_json(spec_json)
+        if any(len(row) != spec.dim for row in X):  # ragged rows would make numpy raise (was a 500)
+            raise Problem(422, "invalid-dimension", f"Each feature vector must have {spec.dim} values.")
+        Xa = np.asarray(X, dtype=np.float64)
+        if Xa.ndim != 2 or Xa.shape[1] != spec.dim:
+            raise Problem(422, "invalid-dimension", f"Each feature vector must have {spec.dim} values.")
+        theta = published_array(blob)
+        loss = loss_for(spec)
+        with np.errstate(over="ignore", invalid="ignore"):
+            scores = Xa @ theta[:-1] + theta[-1]
+        if not np.all(np.isfinite(scores)):  # would not serialise as JSON (was a 500)
+            raise Problem(422, "out-of-bounds-input", "Feature values too large to score.")
+        return {"predictions": loss.predict(scores).tolist(), "scores": loss.score_output(scores).tolist(),
+                "version": version}
+
+    def parameters(self, tenant_id: str, model_id: str) -> dict[str, Any]:
+        with self.db.read() as s:
+            row = self._row(s, tenant_id, model_id)
+        theta = published_array(row.published)
+        return {"version": row.version, "weights": theta[:-1].tolist(), "bias": float(theta[-1]),
+                "published_at": row.published_at}
+
+    # ---- audit reads --------------------------------------------------------------------------------------
+    def ledger(self, tenant_id: str, model_id: str) -> dict[str, Any]:
+        with self.db.read() as s:
+            row = self._row(s, tenant_id, model_id, include_deleted=True)
+            entries = list(s.scalars(select(LedgerEntry).where(LedgerEntry.model_id == model_id)
+                                     .order_by(LedgerEntry.id)))
+        return ledger_view(row, json.loads(row.ledger_json), json.loads(row.spec_json), entries)
+
+    def deletions(self, tenant_id: str, model_id: str, cursor: str | None, limit: int, since=None,
+                  until=None) -> dict[str, Any]:
+        try:
+            after = int(cursor) if cursor else -1
+        except ValueError:
+            raise Problem(422, "validation-error", "cursor must be a value returned as next_cursor.") from None
+        with self.db.read() as s:
+            self._row(s, tenant_id, model_id, include_deleted=True)
+            q = select(Receipt).where(Receipt.model_id == model_id, Receipt.tenant_id == tenant_id,
+                                      Receipt.log_index > after)
+            if since is not None:
+                q = q.where(Receipt.issued_at >= since)
+            if until is not None:
+                q = q.where(Receipt.issued_at < until)
+            rows = list(s.scalars(q.order_by(Receipt.log_index).limit(limit + 1)))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return {"items": [json.loads(r.body) for r in rows], "next_cursor": str(rows[-1].log_index) if more else None}
+
+    def receipt(self, tenant_id: str, receipt_id: str) -> dict[str, Any]:
+        with self.db.write() as s:  # may store a newly signed checkpoint
+            row = s.scalars(select(Receipt).where(Receipt.id == receipt_id, Receipt.tenant_id == tenant_id)).first()
+            if row is None:
+                raise Problem(404, "receipt-not-found", f"No receipt {receipt_id}.")
+            body = json.loads(row.body)
+            body["proof"] = self.issuer.proof(s, tenant_id, row.log_index)
+        return body
+
+    def checkpoint(self, tenant_id: str) -> dict[str, Any]:
+        with self.db.write() as s:  # may store a newly signed checkpoint
+            return self.issuer.checkpoint(s, tenant_id)
+
+    def consistency(self, tenant_id: str, from_size: int, to_size: int | None) -> dict[str, Any]:
+        with self.db.write() as s:
+            return self.issuer.consistency(s, tenant_id, from_size, to_size)
+
+    def export(self, tenant_id: str, record_id: str | None, model_id: str | None) -> dict[str, Any]:
+        """Receipts with inclusion proofs against one checkpoint, plus the public keys."""
+        if (record_id is None) == (model_id is None):
+            raise Problem(422, "validation-error", "Give exactly one of record_id or model_id.")
+        with self.db.write() as s:
+            q = select(Receipt).where(Receipt.tenant_id == tenant_id)
+            if record_id is not None:
+                key = self._record_key(s, tenant_id)
+                q = q.where(Receipt.record_commitment == commitment(key, record_id))
+            else:
+                self._row(s, tenant_id, model_id, include_deleted=True)
+                q = q.where(Receipt.model_id == model_id)
+            rows = list(s.scalars(q.order_by(Receipt.log_index)))
+            if record_id is not None and not rows:
+                raise Problem(404, "record-not-found", "No receipt of this tenant concerns this record.")
+            cp = self.issuer.checkpoint(s, tenant_id)
+            receipts = []
+            for r in rows:
+                body = json.loads(r.body)
+                body["proof"] = self.issuer.proof_at(s, tenant_id, r.log_index, cp)
+                receipts.append(body)
+        return {"receipts": receipts, "checkpoint": cp, "public_keys": self.issuer.keyring.public_keys()}
+
+    def record_status(self, tenant_id: str, record_id: str) -> dict[str, Any]:
+        with self.db.read() as s:
+            key = self._record_key(s, tenant_id)
+            c = commitment(key, record_id)
+            recs = list(s.scalars(select(Record).where(Record.tenant_id == tenant_id, Record.commitment == c)
+                                  .order_by(Record.model_id)))
+            seen = {r.model_id for r in recs}
+            # models deleted since: their records are erased, but the receipts remain in the log
+            extra = list(s.scalars(select(Receipt).where(Receipt.tenant_id == tenant_id,
+                                                         Receipt.record_commitment == c)))
+        models = [{"model_id": r.model_id, "status": r.status, "step": r.step, "receipt_id": r.receipt_id}
+                  for r in recs]
+        for rc in extra:
+            if rc.model_id not in seen:
+                body = json.loads(rc.body)
+                models.append({"model_id": rc.model_id, "status": "forgotten", "step": body["learned_step"],
+                               "receipt_id": rc.id})
+                seen.add(rc.model_id)
+        if not models:
+            raise Problem(404, "record-not-found", "No model of this tenant has learned this record.")
+        return {"record_id": record_id, "models": models}
+
+    # ---- internals ----------------------------------------------------------------------------------------
+    @staticmethod
+    def _client_examples(row: Model, key: bytes, ids: list[str], records: list[Record], examples) -> ArrayRetained:
+        """The features a client sent to forget records of a model that keeps no data, checked against their MAC."""
+        by_id = {rid: (x, yv) for rid, x, yv in (examples or [])}
+        missing = [rid for rid in ids if rid not in by_id]
+        if missing:
+            raise Problem(422, "deletion-features-required",
+                          f"This model keeps no data: send each forgotten record's x and y in 'examples' "
+                          f"(missing {missing[0]!r}).")
+        spec = spec_from_json(row.spec_json)
+        try:
+            X, y = validate_examples(spec, loss_for(spec), [by_id[rid][0] for rid in ids],
+                                     [by_id[rid][1] for rid in ids])
+        except InputError as e:
+            raise Problem(422, e.code, str(e), index=e.index) from None
+        for rid, rec, xi, yi in zip(ids, records, X, y):
+            if rec.example_mac is None or not hmac.compare_digest(rec.example_mac, example_mac(key, xi, yi)):
+                raise Problem(422, "example-mismatch", f"The features sent for {rid!r} are not the ones learned.")
+        return ArrayRetained([r.step for r in records], X, y)
+
+    def _check_batch(self, n: int) -> None:
+        if n > self.settings.max_batch:
+            raise Problem(413, "batch-too-large", f"At most {self.settings.max_batch} items per request.")
+
+    def _record_key(self, s, tenant_id: str) -> bytes:
+        stored = s.execute(select(Tenant.record_key).where(Tenant.id == tenant_id)).scalar_one()
+        return open_record_key(self.registry.cipher, tenant_id, stored)
+
+    def _checkout(self, s, row: Model) -> Unlearner:
+        def load_blob() -> bytes:
+            return s.execute(select(ModelState.blob).where(ModelState.model_id == row.id)).scalar_one()
+
+        return self.registry.checkout(row.id, row.version, row.spec_json, load_blob)
+
+    def _store(self, s, row: Model, engine: Unlearner, now, book: Any = _KEEP, **fields: Any) -> None:
+        if book is _KEEP:
+            book = json.loads(row.ledger_json).get("book")
+        row.version += 1
+        row.step = engine.step
+        row.status = engine.status
+        row.published = published_bytes(engine.published())
+        row.published_at = now
+        row.updated_at = now
+        row.ledger_json = json.dumps({**engine.ledger(), "book": book})
+        for k, v in fields.items():
+            setattr(row, k, v)
+        s.execute(update(ModelState).where(ModelState.model_id == row.id)
+                  .values(version=row.version, blob=self.registry.dump(engine, row.id)))

@@ -1,0 +1,130 @@
+"""Certificate receipts: canonical JSON (RFC 8785), signed with Ed25519, numbered in the tenant's log."""
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Sequence
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from ..db.merkle_store import SqlNodeStore
+from ..db.tables import Checkpoint, Receipt, Tenant
+from ..errors import Problem
+from ..ids import iso, new_id, utcnow
+from ..receipts.canonical import parameters_sha256, receipt_leaf_bytes, receipt_signing_bytes
+from ..receipts.checkpoint import make_checkpoint, receipt_proof, tenant_origin
+from ..receipts.merkle import MerkleLog
+from ..unlearning import Certificate, Unlearner
+from .ledger import CONVERSION, epsilon_spent
+
+
+def guarantee_of(engine: Unlearner) -> dict[str, str]:
+    """The guarantee as the engine instance states it (wording may depend on hyperparameters)."""
+    return {"definition": engine.guarantee_definition, "statement": engine.guarantee_words}
+
+
+def is_restart(cert: Certificate) -> bool:
+    """An exact forget that discarded the whole state (000 Alg. 3): a new ledger epoch begins."""
+    return bool(cert.details.get("restart"))
+
+
+class ReceiptIssuer:
+    def __init__(self, keyring):
+        self.keyring = keyring
+
+    def allocate(self, s, tenant_id: str, n: int) -> int:
+        """Reserve n consecutive log indices (0-based) in the tenant's append-only log; returns the first.
+
+        The UPDATE holds the tenant's log row until commit, so indices are gap-free and never reused.
+        """
+        new_size = s.execute(update(Tenant).where(Tenant.id == tenant_id).values(log_size=Tenant.log_size + n)
+                             .returning(Tenant.log_size)).scalar_one()
+        return new_size - n
+
+    def issue(self, s, row, engine: Unlearner, records: Sequence, certs: Sequence[Certificate], now) -> list[dict]:
+        spec = json.loads(row.spec_json)
+        delta = spec["delta"]
+        ledger = engine.ledger()
+        theta = engine.published()
+        params_hash = parameters_sha256(theta[:-1], float(theta[-1]))
+        version = row.version + 1  # the version this write commits
+        first = self.allocate(s, row.tenant_id, len(certs))
+        guarantee = guarantee_of(engine)
+        epoch = row.epoch
+        rho_cum = row.rho_spent
+        cap_final = ledger.get("capacity_left")
+        signer = self.keyring.active
+        store = SqlNodeStore(s, row.tenant_id)
+        log = MerkleLog(store)
+        out, rows = [], []
+        # zCDP charges add up (omega-series, capacity); per-update guarantees do not compose, so their receipts
+        # carry the ledger's own figure for the current publication
+        additive = engine.accounting_params() is not None
+        for j, (rec, cert) in enumerate(zip(records, certs)):
+            if is_restart(cert):
+                epoch, rho_cum = epoch + 1, 0.0
+            rho_cum = rho_cum + cert.rho if additive else float(ledger.get("rho_spent") or 0.0)
+            eps = epsilon_spent({"rho_spent": rho_cum}, delta) if "epsilon" not in ledger else float(ledger["epsilon"])
+            cap = None if cap_final is None else int(cap_final) + (len(certs) - 1 - j)
+            body: dict[str, Any] = {
+                "id": new_id("rcp"), "tenant_id": row.tenant_id, "model_id": row.id,
+                "record_commitment": rec.commitment, "learned_step": cert.learned_step,
+                "forgotten_step": cert.forgotten_step, "deletion_index": cert.deletion_index, "epoch": epoch,
+                "algorithm": row.algorithm,
+                "mechanism": {"type": cert.mechanism, "sigma": cert.sigma, "sensitivity": cert.sensitivity,
+                              "rho": cert.rho},
+                "guarantee": {"definition": guarantee["definition"], "alpha": None, "epsilon": eps, "delta": delta,
+                              "conversion": ledger.get("conversion", CONVERSION), "statement": guarantee["statement"]},
+                "ledger_after": {"rho_spent": rho_cum, "epsilon": eps, "delta": delta, "capacity_left": cap},
+                "published_parameters_sha256": params_hash, "model_version": version, "issued_at": iso(now),
+                "log_index": first + j, "key_id": signer.key_id,
+            }
+            body["signature"] = signer.sign(receipt_signing_bytes(body))
+            leaf = receipt_leaf_bytes(body)  # == canonical_json(body): a receipt has no proof when issued
+            log.append(leaf, first + j)  # RFC 6962 leaf: the signed receipt
+            out.append(body)
+            rows.append({"id": body["id"], "tenant_id": row.tenant_id, "model_id": row.id,
+                         "log_index": first + j, "record_commitment": rec.commitment,
+                         "body": leaf, "issued_at": now})
+        store.flush()
+        s.execute(insert(Receipt), rows)
+        return out
+
+    # ---- the tenant's log ---------------------------------------------------------------------------------
+    @staticmethod
+    def log_size(s, tenant_id: str) -> int:
+        return int(s.execute(select(Tenant.log_size).where(Tenant.id == tenant_id)).scalar_one())
+
+    def checkpoint(self, s, tenant_id: str, size: int | None = None) -> dict[str, Any]:
+        """The signed checkpoint at ``size`` (default: the current size); signed once per size and kept."""
+        size = self.log_size(s, tenant_id) if size is None else size
+        row = s.get(Checkpoint, (tenant_id, size))
+        if row is not None:
+            return json.loads(row.body)
+        root = MerkleLog(SqlNodeStore(s, tenant_id)).root(size)
+        cp = make_checkpoint(tenant_origin(tenant_id), size, root, iso(utcnow()), self.keyring)
+        # concurrent readers may sign the same size at once: keep whichever was stored first
+        stmt = (pg_insert if s.bind.dialect.name == "postgresql" else sqlite_insert)(Checkpoint).values(
+            tenant_id=tenant_id, tree_size=size, body=json.dumps(cp), created_at=utcnow()).on_conflict_do_nothing()
+        s.execute(stmt)
+        stored = s.get(Checkpoint, (tenant_id, size), populate_existing=True)
+        return json.loads(stored.body) if stored is not None else cp
+
+    def proof(self, s, tenant_id: str, log_index: int) -> dict[str, Any]:
+        return self.proof_at(s, tenant_id, log_index, self.checkpoint(s, tenant_id))
+
+    @staticmethod
+    def proof_at(s, tenant_id: str, log_index: int, cp: dict[str, Any]) -> dict[str, Any]:
+        return receipt_proof(MerkleLog(SqlNodeStore(s, tenant_id)), log_index, cp)
+
+    def consistency(self, s, tenant_id: str, from_size: int, to_size: int | None) -> dict[str, Any]:
+        size = self.log_size(s, tenant_id)
+        to_size = size if to_size is None else to_size
+        if not (1 <= from_size <= to_size <= size):
+            raise Problem(422, "validation-error", f"Need 1 <= from_size <= to_size <= {size} (the log size).")
+        hashes = MerkleLog(SqlNodeStore(s, tenant_id)).consistency_proof(from_size, to_size)
+        return {"from_size": from_size, "to_size": to_size, "hashes": [base64.b64encode(h).decode() for h in hashes],
+                "from_checkpoint": self.checkpoint(s, tenant_id, from_size),
+                "to_checkpoint": self.checkpoint(s, tenant_id, to_size)}

@@ -1,0 +1,117 @@
+"""Tenants and their API keys.  Keys are shown once and stored as SHA-256 hashes."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from sqlalchemy import select
+
+from ..errors import Problem
+from .auth import Principal
+from ..db.session import Database
+from ..db.tables import ApiKey, Tenant
+from ..ids import new_id, utcnow
+
+ALL_SCOPES = ("write", "predict", "audit")
+
+
+def _hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _new_key() -> tuple[str, str]:
+    """(prefix, full key).  The prefix is a public lookup handle; the rest is 256 bits of secret."""
+    prefix = secrets.token_hex(6)
+    return prefix, f"olu_{prefix}_{secrets.token_urlsafe(32)}"
+
+
+class TenantService:
+    def __init__(self, db: Database, cipher=None):
+        self.db, self.cipher = db, cipher  # cipher: app.crypto.Cipher sealing record keys at rest
+
+    def create_tenant(self, name: str) -> dict:
+        now = utcnow()
+        tenant_id = new_id("ten")
+        with self.db.write() as s:
+            s.add(Tenant(id=tenant_id, name=name, record_key=seal_record_key(self.cipher, tenant_id, secrets.token_bytes(32)), log_size=0, created_at=now))
+            s.flush()
+            key_id, raw = self._add_key(s, tenant_id, ALL_SCOPES, "initial")
+        return {"id": tenant_id, "name": name, "api_key": raw}
+
+    def create_key(self, tenant_id: str, scopes: list[str], label: str | None) -> dict:
+        scopes = sorted(set(scopes), key=ALL_SCOPES.index)
+        with self.db.write() as s:
+            if s.get(Tenant, tenant_id) is None:
+                raise Problem(404, "tenant-not-found", f"No tenant {tenant_id}.")
+            key_id, raw = self._add_key(s, tenant_id, scopes, label)
+        return {"id": key_id, "api_key": raw, "scopes": scopes, "label": label}
+
+    def revoke_key(self, tenant_id: str, key_id: str) -> None:
+        with self.db.write() as s:
+            key = s.get(ApiKey, key_id)
+            if key is None or key.tenant_id != tenant_id:
+                raise Problem(404, "key-not-found", f"No key {key_id} for tenant {tenant_id}.")
+            if key.revoked_at is None:
+                key.revoked_at = utcnow()
+
+    @staticmethod
+    def _add_key(s, tenant_id: str, scopes, label) -> tuple[str, str]:
+        prefix, raw = _new_key()
+        key_id = new_id("key")
+        s.add(ApiKey(id=key_id, tenant_id=tenant_id, prefix=prefix, key_hash=_hash(raw), scopes=" ".join(scopes),
+                     label=label, created_at=utcnow(), revoked_at=None))
+        return key_id, raw
+
+    def authenticate(self, raw: str) -> Principal | None:
+        parts = raw.split("_")
+        if len(parts) < 3 or parts[0] != "olu" or len(raw) > 200:
+            return None
+        with self.db.read() as s:
+            key = s.scalars(select(ApiKey).where(ApiKey.prefix == parts[1])).first()
+        if key is None or key.revoked_at is not None or not hmac.compare_digest(key.key_hash, _hash(raw)):
+            return None
+        return Principal(key.tenant_id, frozenset(key.scopes.split()), key.id)
+
+    def record_key(self, s, tenant_id: str) -> bytes:
+        return open_record_key(self.cipher, tenant_id,
+                               s.execute(select(Tenant.record_key).where(Tenant.id == tenant_id)).scalar_one())
+
+
+def seal_record_key(cipher, tenant_id: str, key: bytes) -> bytes:
+    return key if cipher is None else cipher.seal(key, "record-key", tenant_id)
+
+
+def open_record_key(cipher, tenant_id: str, stored: bytes) -> bytes:
+    """The tenant's HMAC key; stored sealed (AES-GCM, AAD = tenant id), or plaintext from before encryption."""
+    return bytes(stored) if cipher is None else cipher.open(stored, "record-key", tenant_id)
+
+
+def commitment(record_key: bytes, record_id: str) -> str:
+    """HMAC-SHA256(tenant record key, record id): the only form in which record ids are stored."""
+    return hmac.new(record_key, record_id.encode(), hashlib.sha256).hexdigest()
+
+
+def example_mac(record_key: bytes, x, y: float) -> str:
+    """HMAC-SHA256 over an example's little-endian float64 bytes: lets the service check client-sent features."""
+    import numpy as np
+
+    msg = np.ascontiguousarray(x, dtype="<f8").tobytes() + np.float64(y).astype("<f8").tobytes()
+    return hmac.new(record_key, b"example:" + msg, hashlib.sha256).hexdigest()
+
+
+def commitments(record_key: bytes, record_ids: list[str]) -> list[str]:
+    """``commitment`` of many ids: HMAC-SHA256 (RFC 2104) with the keyed inner and outer hash states computed once
+    and copied per id (~3x faster than one ``hmac.new`` per id; tests check equality with ``commitment``)."""
+    key = hashlib.sha256(record_key).digest() if len(record_key) > 64 else record_key
+    key = key.ljust(64, b"\0")
+    inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
+    outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
+    out = []
+    for record_id in record_ids:
+        h = inner.copy()
+        h.update(record_id.encode())
+        o = outer.copy()
+        o.update(h.digest())
+        out.append(o.hexdigest())
+    return out
