@@ -1,0 +1,195 @@
+"""``olu``: serve, migrate, administer tenants and keys, verify receipts offline, and a guided demo."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(help="Certified unlearning service.", no_args_is_help=True, add_completion=False)
+tenant_app = typer.Typer(help="Tenants (direct database access).", no_args_is_help=True)
+key_app = typer.Typer(help="Tenant API keys (direct database access).", no_args_is_help=True)
+signing_app = typer.Typer(help="The receipt-signing key ring in the data directory.", no_args_is_help=True)
+app.add_typer(tenant_app, name="tenant")
+app.add_typer(key_app, name="key")
+app.add_typer(signing_app, name="signing-key")
+
+
+def _settings():
+    from .config import Settings
+
+    return Settings()
+
+
+def _database():
+    from .db.migrate import upgrade_to_head
+    from .db.session import Database
+
+    s = _settings()
+    s.data_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(s.resolved_database_url, sqlite_synchronous=s.sqlite_synchronous)
+    upgrade_to_head(db.engine)
+    return db
+
+
+def _tenants():
+    """TenantService on the configured database, sealing record keys with the configured encryption key."""
+    from .crypto import load_cipher
+    from .services.tenants import TenantService
+
+    st = _settings()
+    cipher = load_cipher(st.data_dir, st.encryption_key.get_secret_value() if st.encryption_key else None,
+                         st.encryption_keys_old.get_secret_value() if st.encryption_keys_old else None)
+    return TenantService(_database(), cipher)
+
+
+@app.command()
+def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
+          log_level: str = typer.Option("warning", help="uvicorn's own log level")):
+    """Serve app.main:app with uvicorn (settings from OLU_* environment variables)."""
+    import uvicorn
+
+    uvicorn.run("app.main:app", host=host, port=port, workers=workers, log_level=log_level)
+
+
+@app.command()
+def migrate():
+    """Upgrade the database schema to the latest Alembic revision."""
+    db = _database()
+    from .db.migrate import migration_status
+
+    typer.echo(f"schema: {migration_status(db.engine)} ({db.url.split('@')[-1]})")
+
+
+@tenant_app.command("create")
+def tenant_create(name: str):
+    """Create a tenant; prints its id and its first API key (shown once)."""
+    out = _tenants().create_tenant(name)
+    typer.echo(json.dumps(out, indent=2))
+
+
+@key_app.command("create")
+def key_create(tenant_id: str, scope: list[str] = typer.Option(..., "--scope", help="write, predict or audit"),
+               label: Optional[str] = None):
+    """Create an API key with the given scopes (repeat --scope); prints it once."""
+    from .services.tenants import ALL_SCOPES
+
+    bad = [s for s in scope if s not in ALL_SCOPES]
+    if bad:
+        raise typer.BadParameter(f"unknown scope(s) {bad}; choose from {list(ALL_SCOPES)}")
+    typer.echo(json.dumps(_tenants().create_key(tenant_id, scope, label), indent=2))
+
+
+@key_app.command("revoke")
+def key_revoke(tenant_id: str, key_id: str):
+    """Revoke an API key at once."""
+    _tenants().revoke_key(tenant_id, key_id)
+    typer.echo(f"revoked {key_id}")
+
+
+@signing_app.command("rotate")
+def signing_rotate(grace_seconds: int = typer.Option(300, help="how long the old key keeps signing validly")):
+    """Make a new active signing key; the old one is retired but keeps verifying what it signed."""
+    from .receipts.keys import rotate_key
+
+    ring = rotate_key(_settings().data_dir, grace_seconds=grace_seconds)
+    typer.echo(f"active key: {ring.key_id}; restart the service processes within {grace_seconds} s")
+
+
+@app.command()
+def verify(bundle: Path = typer.Argument(..., help="an export bundle, or a single receipt, as JSON"),
+           keys: Optional[Path] = typer.Option(None, help="public keys (GET /v1/keys answer) as JSON"),
+           server: Optional[str] = typer.Option(None, help="fetch the public keys from this service instead")):
+    """Verify receipts offline: signature, canonical form, inclusion, checkpoint, consistency."""
+    from .receipts.verify import _strict_loads, verify_bundle
+
+    data = _strict_loads(bundle.read_bytes())
+    if isinstance(data, dict) and "receipts" not in data and "consistency" not in data:
+        data = {"receipts": [data]}  # a single receipt as served by GET /v1/receipts/{id}
+    if keys is not None:
+        trusted = _strict_loads(keys.read_bytes())
+    elif server is not None:
+        import httpx
+
+        trusted = httpx.get(server.rstrip("/") + "/v1/keys", timeout=10).json()
+    elif isinstance(data, dict) and "public_keys" in data:
+        typer.echo("warning: trusting the public keys inside the bundle; pass --keys for independent trust", err=True)
+        trusted = data["public_keys"]
+    else:
+        raise typer.BadParameter("give --keys or --server (the keys to trust)")
+    report = verify_bundle(data, trusted)
+    for check in report.checks:
+        typer.echo(f"{'ok  ' if check.ok else 'FAIL'} {check.check}: {check.detail}")
+    typer.echo("verified" if report.ok else "NOT verified")
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
+def demo(server: str = typer.Option("http://127.0.0.1:8000", help="a running service"),
+         admin_token: str = typer.Option(..., envvar="OLU_ADMIN_TOKEN", help="the service's admin token"),
+         forget: int = typer.Option(20, help="how many records to forget"),
+         algorithm: str = "passive_olu"):
+    """Stream scikit-learn's bundled breast-cancer data into a new model, forget some records, and show
+    accuracy before and after, the receipts (verified) and the ledger."""
+    import httpx
+    import numpy as np
+    from rich.progress import track
+
+    try:
+        from sklearn.datasets import load_breast_cancer
+    except ImportError:  # pragma: no cover - scikit-learn is an optional extra
+        typer.echo("the demo needs scikit-learn: pip install scikit-learn", err=True)
+        raise typer.Exit(2)
+    from .receipts.verify import verify_bundle
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    X = X / np.linalg.norm(X, axis=1, keepdims=True).max()  # every row inside the declared bound ||x|| <= 1
+    order = np.random.default_rng(0).permutation(len(y))
+    X, y = X[order], y[order]
+    n_train = int(0.8 * len(y))
+    with httpx.Client(base_url=server, timeout=60) as c:
+        r = c.post("/v1/tenants", json={"name": "demo"}, headers={"authorization": f"Bearer {admin_token}"})
+        r.raise_for_status()
+        c.headers["authorization"] = f"Bearer {r.json()['api_key']}"
+        model = c.post("/v1/models", json={"name": "breast-cancer", "algorithm": algorithm, "loss": "logistic",
+                                           "dim": X.shape[1], "bounds": {"x_norm": 1.0}, "domain_radius": 10.0,
+                                           "l2": 0.01, "privacy": {"epsilon": 1.0, "delta": 1e-6}}).json()
+        mid = model["id"]
+        typer.echo(f"model {mid} ({algorithm}); guarantee: {model['guarantee']['definition']}")
+        for start in track(range(0, n_train, 50), description="learning"):
+            batch = [{"id": f"patient-{i}", "x": X[i].tolist(), "y": float(y[i])}
+                     for i in range(start, min(start + 50, n_train))]
+            c.post(f"/v1/models/{mid}/learn", json={"examples": batch}).raise_for_status()
+
+        def accuracy() -> float:
+            pred = c.post(f"/v1/models/{mid}/predict", json={"x": X[n_train:].tolist()}).json()["predictions"]
+            return float(np.mean(np.asarray(pred) == y[n_train:]))
+
+        before = accuracy()
+        receipts = []
+        for i in track(range(forget), description="forgetting"):
+            out = c.post(f"/v1/models/{mid}/unlearn", json={"ids": [f"patient-{i}"]})
+            out.raise_for_status()
+            receipts += out.json()["receipts"]
+        after = accuracy()
+        typer.echo(f"held-out accuracy: {before:.3f} before, {after:.3f} after forgetting {forget} records")
+        r0 = receipts[0]
+        typer.echo(f"first receipt {r0['id']}: sigma={r0['mechanism']['sigma']:.4g}, "
+                   f"epsilon spent={r0['ledger_after']['epsilon']:.4g} at delta={r0['guarantee']['delta']}")
+        bundle = c.get("/v1/audit/export", params={"model_id": mid}).json()
+        report = verify_bundle(bundle, c.get("/v1/keys").json())
+        typer.echo(f"offline verification of {len(bundle['receipts'])} receipts: {'ok' if report.ok else 'FAILED'}")
+        ledger = c.get(f"/v1/models/{mid}/ledger").json()
+        typer.echo(f"ledger: accounting={ledger['accounting']} rho_spent={ledger['rho_spent']:.4g} "
+                   f"of {ledger['rho_budget']} -> epsilon={ledger['epsilon']:.4g} ({ledger['conversion']})")
+
+
+def main() -> None:  # console script entry point
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
