@@ -1,0 +1,128 @@
+"""Shared test configuration.
+
+- hypothesis profiles: CI runs fewer examples, never zero.
+- ``backend``: every API test runs on SQLite and, when OLU_TEST_POSTGRES_URL is set, on PostgreSQL in a
+  throwaway database created for this run and dropped afterwards.
+- ``server``: the real app served by uvicorn on a loopback port; tests talk to it with httpx.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                          derandomize=True)
+settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+ADMIN_TOKEN = "test-admin-" + secrets.token_hex(8)
+PG_URL = os.environ.get("OLU_TEST_POSTGRES_URL")
+
+
+def _pg_admin_url(url: str) -> str:
+    return url.replace("postgresql://", "postgresql+psycopg://", 1) if url.startswith("postgresql://") else url
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A fresh PostgreSQL database for this test run (dropped at the end), or a visible skip."""
+    if not PG_URL:
+        pytest.skip("PostgreSQL tests need OLU_TEST_POSTGRES_URL (e.g. postgresql://postgres@127.0.0.1:5432/test)")
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    base = make_url(_pg_admin_url(PG_URL))
+    name = f"olu_test_{os.getpid()}_{secrets.token_hex(4)}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"PostgreSQL at {base.host}:{base.port} is not usable: {e}")
+    yield base.set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def backend(request, tmp_path_factory):
+    """(name, database URL, data dir) for each database the suite covers."""
+    data_dir = tmp_path_factory.mktemp(f"data-{request.param}")
+    if request.param == "sqlite":
+        return "sqlite", f"sqlite:///{data_dir / 'olu.db'}", data_dir
+    return "postgresql", request.getfixturevalue("postgres_url"), data_dir
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    app: object
+    data_dir: Path
+    database_url: str
+    backend: str
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60)
+
+    def admin(self) -> httpx.Client:
+        return self.client(ADMIN_TOKEN)
+
+    def new_tenant(self, name: str = "t") -> tuple[str, str]:
+        with self.admin() as c:
+            r = c.post("/v1/tenants", json={"name": name})
+            assert r.status_code == 201, r.text
+            return r.json()["id"], r.json()["api_key"]
+
+
+def start_server(database_url: str, data_dir: Path, backend_name: str, **overrides) -> tuple[Server, object]:
+    import uvicorn
+
+    from app.config import Settings
+    from app.main import create_app
+
+    app = create_app(Settings(data_dir=data_dir, database_url=database_url, admin_token=ADMIN_TOKEN, **overrides))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started:
+        if time.time() > deadline or not thread.is_alive():
+            raise RuntimeError("test server did not start")
+        time.sleep(0.02)
+    return Server(f"http://127.0.0.1:{port}", app, data_dir, database_url, backend_name), (server, thread)
+
+
+@pytest.fixture(scope="session")
+def server(backend):
+    name, url, data_dir = backend
+    srv, (uv, thread) = start_server(url, data_dir, name)
+    yield srv
+    uv.should_exit = True
+    thread.join(timeout=10)
+    srv.app.state.ctx.db.dispose()
+
+
+@pytest.fixture
+def tenant(server):
+    """A fresh tenant: (tenant_id, httpx client with its all-scopes key)."""
+    tenant_id, key = server.new_tenant()
+    with server.client(key) as c:
+        yield tenant_id, c

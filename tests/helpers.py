@@ -1,0 +1,48 @@
+"""Small helpers shared by the API tests."""
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+
+
+def unit_rows(n: int, d: int, seed: int = 0, scale: float = 0.9) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    return scale * X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def create_model(client, dim: int = 4, **overrides) -> dict:
+    body = {"name": "m", "algorithm": "passive_olu", "loss": "logistic", "dim": dim, "bounds": {"x_norm": 1.0},
+            "domain_radius": 10.0, "l2": 0.05, "privacy": {"epsilon": 1.0, "delta": 1e-6}}
+    body.update(overrides)
+    r = client.post("/v1/models", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def examples(X: np.ndarray, prefix: str = "rec", start: int = 0) -> list[dict]:
+    return [{"id": f"{prefix}-{start + i}", "x": x.tolist(), "y": float(i % 2)} for i, x in enumerate(X)]
+
+
+def verify_receipt(receipt: dict, public_keys: list[dict]) -> bool:
+    """Check a receipt's Ed25519 signature over its RFC 8785 form with only the published public keys."""
+    import rfc8785
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    key = next((k for k in public_keys if k["key_id"] == receipt["key_id"]), None)
+    if key is None:
+        return False
+    signed = {k: v for k, v in receipt.items() if k not in ("signature", "proof")}
+    pub = Ed25519PublicKey.from_public_bytes(base64.b64decode(key["public_key"]))
+    try:
+        pub.verify(_b64decode_any(receipt["signature"]), rfc8785.dumps(signed))
+        return True
+    except InvalidSignature:
+        return False
+
+
+def _b64decode_any(s: str) -> bytes:
+    s = s.replace("-", "+").replace("_", "/")
+    return base64.b64decode(s + "=" * (-len(s) % 4))

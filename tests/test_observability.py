@@ -1,0 +1,79 @@
+"""Prometheus metrics (bounded labels) and JSON logs that carry the request id and no secrets."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.observability import JsonFormatter
+
+from .helpers import create_model, examples, unit_rows
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines: list[str] = []
+        self.setFormatter(JsonFormatter())
+
+    def emit(self, record):
+        self.lines.append(self.format(record))
+
+
+def _metric(text: str, name: str, **labels) -> float:
+    """Sum of the samples called ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def test_metrics_count_domain_events_without_identifiers(server, tenant):
+    tenant_id, c = tenant
+    before = c.get("/metrics").text
+    mid = create_model(c, dim=2)["id"]
+    c.post(f"/v1/models/{mid}/learn", json={"examples": examples(unit_rows(7, 2), prefix="secret-record")})
+    c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["secret-record-1", "secret-record-2"]})
+    c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["nope"]})
+    after = c.get("/metrics")
+    assert after.headers["content-type"].startswith("text/plain")
+    text = after.text
+    assert _metric(text, "olu_examples_learned_total") - _metric(before, "olu_examples_learned_total") == 7
+    assert _metric(text, "olu_deletions_total", mechanism="gaussian") - \
+        _metric(before, "olu_deletions_total", mechanism="gaussian") == 2
+    assert _metric(text, "olu_refusals_total", type="record-not-found") >= 1
+    assert _metric(text, "olu_rho_spent_total") > _metric(before, "olu_rho_spent_total")
+    assert _metric(text, "olu_http_requests_total", method="POST", route="/v1/models/{model_id}/learn",
+                   status="2xx") >= 1
+    for ident in (tenant_id, mid, "secret-record"):
+        assert ident not in text
+
+
+def test_json_logs_carry_request_ids_and_no_secrets(server):
+    handler = _Collect()
+    logging.getLogger("olu").addHandler(handler)
+    try:
+        tenant_id, key = server.new_tenant("logs")
+        with server.client(key) as c:
+            r = c.get("/v1/models", headers={"x-request-id": "trace-abc-123"})
+            assert r.headers["x-request-id"] == "trace-abc-123"
+            r2 = c.get("/v1/models")
+            generated = r2.headers["x-request-id"]
+            assert len(generated) == 16
+        # the access line is written once the response is complete, which the client may see first
+        deadline = time.monotonic() + 5
+        while generated not in "\n".join(handler.lines) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        logging.getLogger("olu").removeHandler(handler)
+    records = [json.loads(line) for line in handler.lines]
+    access = [r for r in records if r["logger"] == "olu.access"]
+    assert any(r["request_id"] == "trace-abc-123" and r["route"] == "/v1/models" for r in access)
+    assert any(r["request_id"] == generated for r in access)
+    blob = "\n".join(handler.lines)
+    for secret in (key, server.app.state.ctx.settings.admin_token.get_secret_value()):
+        assert secret not in blob
