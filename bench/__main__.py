@@ -1,0 +1,264 @@
+"""Benchmark runner: ``python -m bench [--sections engine,http,forget,memory,profiles] [--quick]``.
+
+Runs the selected sections, prints one table per section with ratios against the baselines measured in the same
+run, writes ``bench/results/results.json`` and PNG plots under ``bench/results/`` (``--docs`` also copies the
+summary plots to ``docs/``).  Nothing here is asserted by the tests; numbers depend on the machine and its load.
+Sections: engine (learn throughput vs river and a numpy loop), http (service ingest and latency vs a bare FastAPI
+endpoint), forget (forget(1) vs retraining as the stream grows, every family), memory (state blob, resident engine,
+database bytes per example), profiles (pyinstrument/py-spy evidence for the misses).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+from .common import fmt_rate, fmt_time, machine
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+SECTIONS = ("engine", "http", "forget", "memory", "profiles")
+
+TARGETS = {
+    "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
+    "ingest_1000_vs_bare": ("batch ingest (1000, d = 64, durable) >= 4x bare FastAPI pydantic endpoint", 4.0),
+    "unlearn1_p50_sqlite": ("passive unlearn(1) p50 <= 5 ms on SQLite (signing + commit)", 0.005),
+    "predict_p50_sqlite": ("predict p50 <= 2 ms", 0.002),
+    "forget_vs_retrain_1e5": ("forget >= 1000x cheaper than retraining at 1e5 events (passive OLU)", 1000.0),
+}
+
+
+def _engine_table(r: dict) -> list[str]:
+    lines = ["## 1. Engine learn throughput (events/s, median), passive OLU logistic",
+             f"{'d':>4} {'OLU fast batch':>15} {'OLU fast 1/call':>16} {'OLU numpy':>10} {'numpy loop':>11} "
+             f"{'river':>8} {'x river':>8} {'x river 1/call':>15} {'x numpy loop':>13}"]
+    for row in r["rows"]:
+        lines.append(f"{row['d']:>4} {fmt_rate(row.get('olu_fast_batch')):>15} {fmt_rate(row.get('olu_fast_event')):>16} "
+                     f"{fmt_rate(row['olu_numpy_batch']):>10} {fmt_rate(row['numpy_loop']):>11} "
+                     f"{fmt_rate(row.get('river')):>8} {_x(row.get('ratio_vs_river')):>8} "
+                     f"{_x(row.get('ratio_event_vs_river')):>15} {_x(row['ratio_vs_numpy_loop']):>13}")
+    lines.append(f"compiled vs numpy path, max |theta difference| at d=64: {r['max_abs_gap_fast_vs_numpy_d64']}")
+    return lines
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.1f}x" if v < 100 else f"{v:.0f}x"
+
+
+def _http_table(r: dict) -> list[str]:
+    lines = [f"## 2. Service ingest over HTTP (d = {r['d']}, events/s = batch / median request time)",
+             f"{'backend':>10} {'shape':>9} {'batch':>6} {'events/s':>9} {'p50':>10} {'p99':>10} {'x bare':>7}"]
+    for name, row in r["bare_fastapi"].items():
+        lines.append(f"{'bare':>10} {row['shape']:>9} {row['batch']:>6} {fmt_rate(row['events_per_s']):>9} "
+                     f"{fmt_time(row['p50_s']):>10} {fmt_time(row['p99_s']):>10} {'1.0x':>7}")
+    for backend, b in r["backends"].items():
+        for name, row in b["ingest"].items():
+            lines.append(f"{backend:>10} {row['shape']:>9} {row['batch']:>6} {fmt_rate(row['events_per_s']):>9} "
+                         f"{fmt_time(row['p50_s']):>10} {fmt_time(row['p99_s']):>10} {_x(row['ratio_vs_bare']):>7}")
+    lines.append("")
+    lines.append(f"{'backend':>10} {'operation':>11} {'p50':>10} {'p99':>10}")
+    for backend, b in r["backends"].items():
+        for op, v in b["latency"].items():
+            lines.append(f"{backend:>10} {op:>11} {fmt_time(v['p50_s']):>10} {fmt_time(v['p99_s']):>10}")
+    lines += [f"note: {n}" for n in r.get("notes", [])]
+    return lines
+
+
+def _forget_table(r: dict) -> list[str]:
+    nr = r.get("numpy_retrain")
+    extra = [f"passive_olu retrain on the numpy loop (compiled path off), n = {nr['n']}: {fmt_time(nr['seconds'])}"] \
+        if nr else []
+    lines = [f"## 3. forget(1) vs retraining from scratch (engine level, d = {r['d']}, median)", *extra,
+             f"{'family':>20} {'n':>8} {'forget':>10} {'retrain':>10} {'retrain/forget':>15} {'mechanism':>10}"]
+    for fam, v in r["families"].items():
+        for row in v["rows"]:
+            lines.append(f"{fam:>20} {row['n']:>8} {fmt_time(row['forget_s']):>10} {fmt_time(row['retrain_s']):>10} "
+                         f"{_x(row['ratio']):>15} {str(row['mechanism']):>10}")
+        if v["capped"]:
+            lines.append(f"{fam:>20} sizes {v['capped']} skipped: projected learning time above "
+                         f"{r['cap_seconds']:.0f} s")
+    return lines
+
+
+def _memory_table(r: dict) -> list[str]:
+    lines = ["## 4. Memory", f"{'family':>20} {'n':>7} {'state blob':>11} {'resident engine':>16}"]
+    for fam, v in r["engine"].items():
+        lines.append(f"{fam:>20} {v['n']:>7} {v['state_blob_bytes']:>9} B {v['resident_bytes']:>14} B")
+    db = r["database"]
+    lines.append(f"database bytes per learned example (n = {db['n']}, d = {db['d']}, tables with their indexes):")
+    for backend, fams in db["backends"].items():
+        for fam, v in fams.items():
+            parts = ", ".join(f"{k} {val:.0f}" for k, val in v["per_example_bytes"].items())
+            lines.append(f"  {backend:>10} {fam:>12}: {v['total_per_example']:.0f} B ({parts})")
+    lines += [f"note: {n}" for n in db.get("notes", [])]
+    return lines
+
+
+def targets(res: dict) -> dict:
+    out = {}
+
+    def put(key, value, ok):
+        desc, goal = TARGETS[key]
+        out[key] = {"target": desc, "goal": goal, "measured": value, "met": None if value is None else bool(ok)}
+
+    if "engine" in res:
+        row = next(r for r in res["engine"]["rows"] if r["d"] == 64)
+        v = row.get("ratio_vs_river")
+        put("engine_vs_river_d64", v, v is not None and v >= 10)
+    if "http" in res and res["http"]["backends"].get("sqlite"):
+        sq = res["http"]["backends"]["sqlite"]
+        ratios = {b: v["best_1000_ratio_vs_bare"] for b, v in res["http"]["backends"].items()}
+        v = min(ratios.values())
+        put("ingest_1000_vs_bare", v, v >= 4)
+        out["ingest_1000_vs_bare"]["per_backend"] = ratios
+        v = sq["latency"]["unlearn(1)"]["p50_s"]
+        put("unlearn1_p50_sqlite", v, v <= 0.005)
+        v = sq["latency"]["predict"]["p50_s"]
+        put("predict_p50_sqlite", v, v <= 0.002)
+    if "forget" in res:
+        rows = [r for r in res["forget"]["families"]["passive_olu"]["rows"] if r["n"] == 100_000]
+        v = rows[0]["ratio"] if rows else None
+        put("forget_vs_retrain_1e5", v, v is not None and v >= 1000)
+        nr = res["forget"].get("numpy_retrain")
+        if rows and nr and nr["n"] == 100_000:
+            out["forget_vs_retrain_1e5"]["vs_numpy_retrain"] = nr["seconds"] / rows[0]["forget_s"]
+    return out
+
+
+def plots(res: dict, out: Path) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    made = []
+    if "engine" in res:
+        rows = res["engine"]["rows"]
+        keys = [("olu_fast_batch", "OLU compiled, batch"), ("olu_fast_event", "OLU compiled, 1/call"),
+                ("olu_numpy_batch", "OLU numpy"), ("numpy_loop", "plain numpy OGD"), ("river", "river learn_one")]
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        w = 0.16
+        for k, (key, label) in enumerate(keys):
+            ax.bar([i + (k - 2) * w for i in range(len(rows))], [r.get(key) or 0 for r in rows], w, label=label)
+        ax.set_xticks(range(len(rows)), [f"d = {r['d']}" for r in rows])
+        ax.set_yscale("log")
+        ax.set_ylabel("events / s (median)")
+        ax.set_title("Engine learn throughput, passive OLU logistic")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        made.append(out / "engine_throughput.png")
+        fig.savefig(made[-1], dpi=110)
+        plt.close(fig)
+    if "http" in res and res["http"]["backends"]:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        batches = [1, 100, 1000]
+        bare = res["http"]["bare_fastapi"]
+        ax.plot(batches, [bare[f"examples/{b}"]["events_per_s"] for b in batches], "k--", marker="o",
+                label="bare FastAPI + pydantic (no DB)")
+        for backend, b in res["http"]["backends"].items():
+            for shape, style in (("examples", "-"), ("columnar", "-."), ("msgpack", ":")):
+                ax.plot(batches, [b["ingest"][f"{shape}/{n}"]["events_per_s"] for n in batches], style, marker="o",
+                        label=f"service {backend}, {shape}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("events / s (batch / median request time)")
+        ax.set_title(f"Ingest over HTTP, d = {res['http']['d']}, durable commits")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        made.append(out / "http_ingest.png")
+        fig.savefig(made[-1], dpi=110)
+        plt.close(fig)
+    if "forget" in res:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for k, (fam, v) in enumerate(res["forget"]["families"].items()):
+            rows = [r for r in v["rows"] if r["forget_s"]]
+            color = f"C{k}"
+            ax.plot([r["n"] for r in rows], [r["forget_s"] for r in rows], "-", marker="o", color=color,
+                    label=f"{fam}: forget(1)")
+            ax.plot([r["n"] for r in rows], [r["retrain_s"] for r in rows], ":", marker="x", color=color,
+                    label=f"{fam}: retrain")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("events learned")
+        ax.set_ylabel("seconds (median)")
+        ax.set_title("Forget one record vs retrain from scratch (engine, d = 16)")
+        ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        made.append(out / "forget_vs_retrain.png")
+        fig.savefig(made[-1], dpi=110)
+        plt.close(fig)
+    return made
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute or two")
+    ap.add_argument("--backends", default="sqlite,postgresql", help="databases for the http and memory sections")
+    ap.add_argument("--profile", action="store_true", help="record the service with py-spy during the http section")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--docs", action="store_true", help="copy the summary plots to docs/")
+    a = ap.parse_args(argv)
+    sections = [s.strip() for s in a.sections.split(",") if s.strip()]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        ap.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    backends = tuple(b.strip() for b in a.backends.split(",") if b.strip())
+    a.out.mkdir(parents=True, exist_ok=True)
+    res: dict = {"machine": machine(), "quick": a.quick, "sections": sections}
+    t_start = time.perf_counter()
+    for name in sections:
+        t0 = time.perf_counter()
+        print(f"... {name}", flush=True)
+        if name == "engine":
+            from . import engine
+            res["engine"] = engine.run(a.quick)
+            print("\n".join(_engine_table(res["engine"])))
+        elif name == "http":
+            from . import ingest
+            res["http"] = ingest.run(a.quick, backends, a.profile, a.out)
+            print("\n".join(_http_table(res["http"])))
+        elif name == "forget":
+            from . import forget
+            res["forget"] = forget.run(a.quick)
+            print("\n".join(_forget_table(res["forget"])))
+        elif name == "memory":
+            from . import memory
+            res["memory"] = memory.run(a.quick, backends)
+            print("\n".join(_memory_table(res["memory"])))
+        elif name == "profiles":
+            from . import ingest, profiles
+            url, drop = ingest._pg_database() if "postgresql" in backends else (None, None)
+            try:
+                res["profiles"] = profiles.run(a.out, url)
+            finally:
+                if url is not None:
+                    drop()
+            print("## profiles: " + ", ".join(f"{k} = {fmt_time(v)}" for k, v in res["profiles"].items()
+                                               if not isinstance(v, dict)))
+            for k, v in res["profiles"].items():
+                if isinstance(v, dict):
+                    print(f"  {k}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in v.items()))
+        res.setdefault("section_seconds", {})[name] = time.perf_counter() - t0
+        print(flush=True)
+    res["targets"] = targets(res)
+    print("## Targets")
+    for key, t in res["targets"].items():
+        mark = {True: "MET", False: "MISSED", None: "n/a"}[t["met"]]
+        print(f"  [{mark:>6}] {t['target']}: measured {t['measured']}")
+    res["total_seconds"] = time.perf_counter() - t_start
+    made = plots(res, a.out)
+    (a.out / "results.json").write_text(json.dumps(res, indent=2, sort_keys=True, default=str) + "\n")
+    print(f"wrote {a.out / 'results.json'}" + "".join(f", {p.name}" for p in made))
+    if a.docs:
+        for p in made:
+            shutil.copy(p, ROOT / "docs" / f"perf_{p.name}")
+
+
+if __name__ == "__main__":
+    main()

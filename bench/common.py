@@ -1,0 +1,68 @@
+"""Shared helpers of the benchmark runner (``python -m bench``): timing, specs, machine description."""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+from app.unlearning import ALGORITHMS, ModelSpec
+from app.privacy import rho_from_epsilon_delta
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` runs (seconds)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def stream(n: int, d: int, seed: int = 0, loss: str = "logistic") -> tuple[np.ndarray, np.ndarray]:
+    """Rows inside the unit ball and labels from a noisy linear rule."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    X *= 0.95 / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
+    w = rng.standard_normal(d)
+    s = X @ w + 0.3 * rng.standard_normal(n)
+    y = (s > 0).astype(np.float64) if loss == "logistic" else np.clip(s, -1, 1)
+    return X, y
+
+
+def spec(algorithm: str, d: int, hp: dict | None = None, loss: str = "logistic") -> ModelSpec:
+    cls = ALGORITHMS[algorithm]
+    s = ModelSpec(algorithm=algorithm, loss=loss, dim=d, x_norm=1.0, y_abs=1.0, domain_radius=10.0, l2=0.01,
+                  epsilon=1.0, delta=1e-6, rho=rho_from_epsilon_delta(1.0, 1e-6), hyperparameters=dict(hp or {}))
+    return s.with_hyperparameters(cls.normalize_hyperparameters(s))
+
+
+def machine() -> dict:
+    def sh(cmd: str) -> str:
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
+        except Exception:  # noqa: BLE001
+            return "?"
+
+    cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip()
+    return {"date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "nproc": sh("nproc"), "cpu": cpu,
+            "free_h": sh("free -h"), "python": sys.version.split()[0], "platform": platform.platform(),
+            "numpy": np.__version__, "load_avg": list(os.getloadavg())}
+
+
+def fmt_rate(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 1e6:.2f}M" if v >= 1e6 else f"{v / 1e3:.1f}k" if v >= 1e3 else f"{v:.0f}"
+
+
+def fmt_time(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1e6:.0f} us" if s < 1e-3 else f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"

@@ -1,0 +1,251 @@
+"""Regret of the OLU families on two small real data sets (run: ``python -m bench.regret``).
+
+Data: scikit-learn's bundled breast-cancer (569 x 30, malignant vs benign) and digits (1797 x 64, even vs odd
+digit), standardised, then each row scaled to unit norm (||x|| = 1, the declared bound); streamed in one fixed order
+(a seeded permutation).  Model: L2-regularised logistic regression, mu = l2 = 0.01, K = ball of radius R = 12
+(>= sqrt(2 log 2 / mu), so every comparator below is an interior point), rho = 0.01747 (epsilon = 1,
+delta = 1e-6), omega = 1.2, passive default schedule eta_t = min(1/(mu t), 2/(beta + mu)).
+
+Deletion schedule (fixed, identical for every algorithm): k in {0, 10, 100} deletion events, one record each, at
+tau_i = round(i T / (k + 1)); the record deleted at tau_i is the middle one of the block (tau_{i-1}, tau_i]
+(u_i = tau_{i-1} + ceil((tau_i - tau_{i-1}) / 2)), so active OLU never needs its fallback.
+
+Loss at step t is f_t(theta_{t-1}), the regularised loss of the model published when example t arrives.
+OLU regret (digest §1.6): sum_i sum_{t in (tau_i, tau_{i+1}]} [f_t(theta_{t-1}) - f_t(z*_i)],
+z*_i = argmin_K sum_{t<=T} f_t - sum_{j<=i} f_{u_j} (computed by L-BFGS).  Noise comes from a seeded source
+(benchmark only) and noisy families are averaged over SEEDS runs.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import minimize
+
+from app.unlearning.active import ActiveOLU
+from app.unlearning.base import ArrayRetained, ModelSpec
+from app.unlearning.losses import augment
+from app.unlearning.noise import SeededNoise
+from app.unlearning.passive import PassiveOLU
+from app.unlearning.restart import PassiveOLURestart
+from app.unlearning.retrain import RetrainOGD
+
+MU, RADIUS, RHO, EPSILON, DELTA = 0.01, 12.0, 0.01747, 1.0, 1e-6
+KS = (0, 10, 100)
+SEEDS = 3
+OUT = Path(__file__).resolve().parent.parent / "docs"
+
+
+def datasets():
+    from sklearn.datasets import load_breast_cancer, load_digits
+    from sklearn.preprocessing import StandardScaler
+
+    out = {}
+    for name, (X, y) in {
+        "breast-cancer": load_breast_cancer(return_X_y=True),
+        "digits even/odd": (lambda d: (d[0], (d[1] % 2 == 0).astype(float)))(load_digits(return_X_y=True)),
+    }.items():
+        X = StandardScaler().fit_transform(X)
+        X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)  # every row on the unit sphere
+        order = np.random.default_rng(0).permutation(len(y))
+        out[name] = (X[order], np.asarray(y, dtype=np.float64)[order])
+    return out
+
+
+def schedule(T: int, k: int) -> list[tuple[int, int]]:
+    taus = [round(i * T / (k + 1)) for i in range(1, k + 1)]
+    out, prev = [], 0
+    for tau in taus:
+        out.append((tau, prev + math.ceil((tau - prev) / 2)))
+        prev = tau
+    return out
+
+
+def make_spec(algorithm: str, dim: int, **hp) -> ModelSpec:
+    return ModelSpec(algorithm, "logistic", dim, 1.0, 1.0, RADIUS, MU, EPSILON, DELTA, RHO, hp)
+
+
+def run(engine, X, y, events) -> tuple[np.ndarray, list]:
+    """Stream X, y through engine; after step tau forget u.  Returns per-step losses f_t(theta_{t-1})."""
+    T = len(y)
+    Xa = augment(X)
+    alive = np.ones(T, dtype=bool)
+    steps_all = np.arange(1, T + 1)
+    ev = dict(events)
+    losses = np.empty(T)
+    certs = []
+    # every family is scored with the same loss (the declared l2 = MU), whatever surrogate it trains on
+    scoring = PassiveOLU(make_spec("passive_olu", X.shape[1])).loss
+    for t in range(1, T + 1):
+        theta = engine.published()
+        losses[t - 1] = scoring.losses(theta, Xa[t - 1 : t], y[t - 1 : t])[0]
+        engine.learn(X[t - 1 : t], y[t - 1 : t])
+        if t in ev:
+            u = ev[t]
+            keep = alive[:t]
+            retained = ArrayRetained(steps_all[:t][keep], X[:t][keep], y[:t][keep]) if engine.needs_retained_data else None
+            certs += engine.forget([u], retained)
+            alive[u - 1] = False
+    return losses, certs
+
+
+def comparators(X, y, events) -> np.ndarray:
+    """Per-step comparator losses f_t(z*_i) for the OLU regret."""
+    T, d = X.shape
+    Xa = augment(X)
+    loss = PassiveOLU(make_spec("passive_olu", d)).loss
+    w = np.ones(T)
+    bounds = [0] + [tau for tau, _ in events] + [T]
+    theta = np.zeros(d + 1)
+    comp = np.empty(T)
+    for i in range(len(events) + 1):
+        if i > 0:
+            w[events[i - 1][1] - 1] = 0.0
+
+        def F(th, w=w):
+            s = Xa @ th
+            val = np.sum(w * (np.logaddexp(0.0, s) - y * s)) + 0.5 * MU * w.sum() * th @ th
+            r = w * (0.5 * (1.0 + np.tanh(0.5 * s)) - y)
+            return val, Xa.T @ r + MU * w.sum() * th
+
+        theta = minimize(F, theta, jac=True, method="L-BFGS-B", options={"gtol": 1e-10, "maxiter": 5000}).x
+        assert np.linalg.norm(theta) <= RADIUS
+        lo, hi = bounds[i], bounds[i + 1]
+        comp[lo:hi] = loss.losses(theta, Xa[lo:hi], y[lo:hi])
+    return comp
+
+
+# each maker takes (dim, noise seed, horizon T, number of deletions k): the schedules that need T or k get them
+FAMILIES = {
+    "plain OGD (no deletions)": lambda d, s, T, k: PassiveOLU(make_spec("passive_olu", d), SeededNoise(s)),
+    "passive OLU": lambda d, s, T, k: PassiveOLU(make_spec("passive_olu", d), SeededNoise(s)),
+    "passive, uniform budget (k known)": lambda d, s, T, k: PassiveOLU(make_spec(
+        "passive_olu", d, allocation="uniform", max_deletions=max(k, 1)), SeededNoise(s)),
+    "passive, convex constant step": lambda d, s, T, k: PassiveOLU(make_spec(
+        "passive_olu", d, schedule="convex_constant"), SeededNoise(s)),
+    "passive, regularised convex": lambda d, s, T, k: PassiveOLU(make_spec(
+        "passive_olu", d, schedule="regularized_convex", horizon=T, max_deletions=max(k, 1)), SeededNoise(s)),
+    "passive, adaptive": lambda d, s, T, k: PassiveOLU(make_spec("passive_olu", d, schedule="adaptive"),
+                                                       SeededNoise(s)),
+    "passive with restart": lambda d, s, T, k: PassiveOLURestart(make_spec(
+        "passive_olu_restart", d, horizon=T, max_deletions=max(k, 1)), SeededNoise(s)),
+    "active OLU (single)": lambda d, s, T, k: ActiveOLU(make_spec("active_olu", d, variant="single"),
+                                                        SeededNoise(s)),
+    "active OLU (two_phase)": lambda d, s, T, k: ActiveOLU(make_spec("active_olu", d, variant="two_phase"),
+                                                           SeededNoise(s)),
+    "retrain (exact)": lambda d, s, T, k: RetrainOGD(make_spec("retrain", d)),
+}
+NOISY = set(FAMILIES) - {"plain OGD (no deletions)", "retrain (exact)"}
+
+
+def main() -> None:
+    start = time.perf_counter()
+    rows, curves = [], {}
+    for dname, (X, y) in datasets().items():
+        T, d = X.shape
+        for k in KS:
+            events = schedule(T, k)
+            comp = comparators(X, y, events)
+            for fam, make in FAMILIES.items():
+                if fam == "plain OGD (no deletions)" and k > 0:
+                    ev = []
+                else:
+                    ev = events
+                t0 = time.perf_counter()
+                cum, regs, sig, gds, accs = [], [], [], [], []
+                for seed in range(SEEDS if fam in NOISY and k > 0 else 1):
+                    eng = make(d, seed, T, k)
+                    losses, certs = run(eng, X, y, ev)
+                    cum.append(losses.sum())
+                    regs.append(np.cumsum(losses - comp))
+                    sig += [c.sigma for c in certs]
+                    gds += [c.details.get("gd_steps", 0.0) for c in certs]
+                    accs.append(float(np.mean(eng.predict(X)[0] == y)))
+                dt = (time.perf_counter() - t0) / len(cum)
+                reg = np.mean(regs, axis=0)
+                curves[(dname, k, fam)] = reg
+                rows.append((dname, T, k, fam, np.mean(cum), np.std(cum), reg[-1], np.mean(sig) if sig else 0.0,
+                             np.mean(gds) if gds else 0.0, np.mean(accs), dt, comp.sum()))
+    elapsed = time.perf_counter() - start
+    OUT.mkdir(exist_ok=True)
+    write_markdown(rows, elapsed)
+    plot(curves)
+    print((OUT / "regret.md").read_text())
+
+
+def write_markdown(rows, elapsed) -> None:
+    lines = [
+        "# Regret of the OLU families on real data",
+        "",
+        "Generated by `python -m bench.regret` (see the module docstring for every choice). Logistic regression,",
+        f"mu = {MU}, R = {RADIUS}, rho = {RHO} (epsilon = {EPSILON}, delta = {DELTA}), omega = 1.2, features standardised and",
+        "scaled row by row to unit norm, fixed stream order; k deletion events at tau_i = round(i T/(k+1)), each deleting the middle",
+        "record of its block. Loss of step t = f_t(theta_{t-1}). OLU regret = cumulative loss minus the",
+        "comparator loss sum_i sum_{t in block i} f_t(z*_i) (digest §1.6); the plain-OGD row uses the same comparator",
+        "as the other rows of its k (for k = 0 this is the standard regret). Noisy families: mean (sd) over",
+        f"{SEEDS} noise seeds. sigma = mean per-coordinate noise std per deletion; GD = mean GD steps per deletion;",
+        "acc = training-set accuracy of the final published model; time = seconds per run.",
+        "",
+        "| data | T | k | algorithm | cumulative loss | OLU regret | sigma | GD | acc | time (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for dname, T, k, fam, cm, cs, reg, sig, gd, acc, dt, _ in rows:
+        cl = f"{cm:.1f}" + (f" ({cs:.1f})" if cs > 0 else "")
+        lines.append(f"| {dname} | {T} | {k} | {fam} | {cl} | {reg:.1f} | {sig:.3g} | {gd:.0f} | {acc:.3f} | {dt:.2f} |")
+    lines += [
+        "",
+        "Reading the table (qualitative; the numbers above are the measurement):",
+        "",
+        "- *retrain* is exact: its published model after each deletion is OGD on the masked stream, so its loss stays",
+        "  with plain OGD. It pays O(n d) per deletion instead of O(d).",
+        "- *passive OLU*: sigma_i = sqrt(omega i^omega / (2 (omega-1) rho)) * L/(mu tau) is larger than the domain",
+        "  radius early in a stream at this rho, so each deletion nearly resets the model; its regret is the noise term",
+        "  of the theorem (sum_i i^1.2/tau_i), not OGD's log T.",
+        "- *active OLU (two_phase)*: the GD phase on the average retained loss contracts the forgotten record's shift by",
+        "  gamma^I before the noise, so sigma is small and it also moves the model towards the retained ERM:",
+        "  close to retrain at a cost of I full passes per deletion.",
+        "- *active OLU (single)*: the noise is the smallest, but ~200 GD steps of size 2/(beta+mu) on ONE anchor example",
+        "  pull the model to that example's minimiser. Paper 000's regret bound for it needs the strong growth condition",
+        "  (all retained losses share a minimiser, digest P13), which real data do not satisfy; the unlearning",
+        "  certificate does not depend on it, the regret does.",
+        "- *passive variants*: the uniform budget (k known in advance) spends rho/k per deletion and so adds less noise",
+        "  than the omega-series once i^1.2 grows; the convex constant step and the adaptive step keep a larger step",
+        "  (Delta_u = eta L does not shrink with u) and so need more noise per deletion, but their iterates recover",
+        "  faster; the regularised-convex surrogate (lambda = sqrt((log T + 2k)/T)) is biased towards 0 at this T,",
+        "  which shows in its k = 0 row (scored with the declared l2, like every row); the restart variant replaces",
+        "  noise by a fresh start whenever 000 Alg. 3's test says noise would be too large: sigma 0, exact",
+        "  forgetting, and regret from re-learning.",
+        "",
+        "Comparator losses: " + ", ".join(sorted({f'{r[0]} k={r[2]}: {r[11]:.1f}' for r in rows})) + ".",
+              "", f"Total runtime {elapsed:.0f} s.", ""]
+    (OUT / "regret.md").write_text("\n".join(lines))
+
+
+def plot(curves) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted({key[0] for key in curves})
+    ks = [k for k in KS if k > 0]
+    fig, axes = plt.subplots(len(names), len(ks), figsize=(13, 9), squeeze=False)
+    for r, dname in enumerate(names):
+        for c, k in enumerate(ks):
+            ax = axes[r][c]
+            for fam in FAMILIES:
+                ax.plot(np.arange(1, len(curves[(dname, k, fam)]) + 1), curves[(dname, k, fam)], label=fam)
+            ax.set_title(f"{dname}, k = {k}")
+            ax.set_xlabel("step t")
+            ax.set_ylabel("cumulative OLU regret")
+            ax.set_yscale("symlog", linthresh=1.0)
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(OUT / "regret.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
