@@ -76,3 +76,51 @@ def test_state_codec_round_trip_is_exact(state):
             assert out[k] == v and type(out[k]) is float
         else:
             assert out[k] == v
+
+
+def test_lookup_migration_fills_existing_records(tmp_path: Path):
+    """0006 adds records.lookup to a database that already holds records: after a downgrade to 0005 and an
+    upgrade again, the old records are found by unlearn, by the audit, and by the duplicate check."""
+    import tempfile
+
+    from alembic import command
+    from sqlalchemy import text
+
+    from app.config import Settings
+    from app.db.migrate import alembic_config
+    from app.errors import Problem
+    from app.main import create_app
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    settings = Settings(data_dir=Path(tempfile.mkdtemp(dir=tmp_path)), database_url=url, log_level="WARNING")
+    app = create_app(settings)
+    ctx = app.state.ctx
+    t = ctx.tenants.create_tenant("mig")
+    m = ctx.models.create(t["id"], {"name": "m", "algorithm": "passive_olu", "loss": "logistic", "dim": 2,
+                                    "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 5.0, "l2": 0.1,
+                                    "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": {}})
+    ids = [f"old-{i}" for i in range(7)]
+    ctx.models.learn(t["id"], m["id"], ids, [[0.1 * i, -0.1] for i in range(7)], [1.0, 0.0] * 3 + [1.0])
+    ctx.db.dispose()
+    cfg = alembic_config(url)
+    command.downgrade(cfg, "0005")
+    eng = create_engine(url)
+    with eng.connect() as conn:
+        assert "lookup" not in {r[1] for r in conn.execute(text("PRAGMA table_info(records)"))}
+    eng.dispose()
+    command.upgrade(cfg, "head")
+
+    app = create_app(settings)  # same data directory: same encryption key
+    ctx = app.state.ctx
+    try:
+        assert ctx.models.record_status(t["id"], "old-3")["models"][0]["status"] == "learned"
+        try:
+            ctx.models.learn(t["id"], m["id"], ["new-1", "old-5"], [[0.0, 0.0], [0.0, 0.1]], [1.0, 0.0])
+            raise AssertionError("a record learned before the migration was accepted again")
+        except Problem as e:
+            assert e.status == 409 and "old-5" in str(e.detail)
+        out = ctx.models.unlearn(t["id"], m["id"], ["old-3"])
+        assert len(out["receipts"]) == 1
+        assert ctx.models.record_status(t["id"], "old-3")["models"][0]["status"] == "forgotten"
+    finally:
+        ctx.db.dispose()

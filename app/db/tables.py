@@ -81,6 +81,8 @@ class Record(Base):
     tenant_id: Mapped[str] = mapped_column(String(40))
     model_id: Mapped[str] = mapped_column(ForeignKey("models.id"))
     commitment: Mapped[str] = mapped_column(String(64))  # HMAC-SHA256(tenant record key, record id), hex
+    # the commitment's first 8 bytes as a signed 64-bit integer: the only index on commitments (see lookup_key)
+    lookup: Mapped[int] = mapped_column(BigInteger)
     step: Mapped[int] = mapped_column(BigInteger)
     status: Mapped[str] = mapped_column(String(12))  # learned | forgotten
     learned_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
@@ -89,8 +91,11 @@ class Record(Base):
     # HMAC of the example's bytes, kept only for families whose clients send features to unlearn; erased on forget
     example_mac: Mapped[str | None] = mapped_column(String(64), nullable=True)
     __table_args__ = (
-        UniqueConstraint("model_id", "commitment", name="uq_records_model_commitment"),
-        Index("ix_records_tenant_commitment", "tenant_id", "commitment"),
+        # A B-tree keyed by random values dirties about one page per inserted row once it outgrows a batch; the
+        # two 64-character indexes this replaces made a 1000-example learn ~10x slower at 10^5 records. One
+        # narrow integer index answers every lookup (model, tenant, duplicate check); rows are matched on the
+        # full commitment after it. Uniqueness per model is checked under the model's write lock.
+        Index("ix_records_lookup", "lookup"),
         Index("ix_records_model_step", "model_id", "step"),
     )
 

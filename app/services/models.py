@@ -25,7 +25,7 @@ from ..db.retained import SqlRetained
 from . import book
 from .ledger import ledger_summary, ledger_view
 from .receipts import ReceiptIssuer, guarantee_of, is_restart
-from .tenants import commitment, commitments, example_mac, open_record_key
+from .tenants import commitment, commitments, example_mac, lookup_key, open_record_key
 
 IN_CHUNK = 500  # bound on bound parameters per IN (...) query
 _KEEP = object()
@@ -40,35 +40,51 @@ def _placeholder(s) -> str:
     return "?" if s.bind.dialect.paramstyle == "qmark" else "%s"
 
 
-def _insert_records(s, tenant_id: str, model_id: str, commits: Sequence[str], steps, now,
-                    macs: Sequence[str | None]) -> str | None:
-    """Insert the learned records; return the first commitment (in batch order) the model already holds, if any.
+def _existing(s, model_id: str, commits: Sequence[str]) -> dict[str, Record]:
+    """The records of ``model_id`` among ``commits``, by commitment: the lookup index finds the candidates, the
+    full commitment and the model decide (distinct commitments may share their first 8 bytes; the same record id
+    in the tenant's other models has the same commitment).  The model is checked here, not in SQL: given
+    ``model_id = ?`` SQLite's planner prefers (model_id, step) and scans the whole model."""
+    wanted = set(commits)
+    found: dict[str, Record] = {}
+    for part in _chunks(commits):
+        for rec in s.scalars(select(Record).where(Record.lookup.in_(sorted({lookup_key(c) for c in part})))):
+            if rec.model_id == model_id and rec.commitment in wanted:
+                found[rec.commitment] = rec
+    return found
 
-    One multi-row ``INSERT ... ON CONFLICT (model_id, commitment) DO NOTHING RETURNING commitment`` per 500 rows:
-    the unique index answers the duplicate check while inserting (a separate ``IN (...)`` pre-check costs as
-    much again, and on PostgreSQL its plan degrades to scanning the model's rows when statistics are stale).
-    Driver-level SQL skips the ORM's per-row parameter processing; ``learned_at`` goes through the column
-    type's own bind processor, so the stored value is what the ORM would write.  On a clash the caller raises
-    and the transaction (these rows included) rolls back."""
+
+def _first_clash(s, model_id: str, commits: Sequence[str], lookups: Sequence[int]) -> str | None:
+    """The first commitment (in batch order) the model already holds, if any (driver-level: the learn hot path)."""
+    p = _placeholder(s)
+    conn = s.connection()
+    held: set[str] = set()
+    for part in _chunks(lookups):
+        keys = set(part)
+        sql = f"SELECT commitment, model_id FROM {Record.__tablename__} WHERE lookup IN ({', '.join([p] * len(keys))})"
+        held.update(c for c, m in conn.exec_driver_sql(sql, tuple(keys)) if m == model_id)  # model: see _existing
+    return next((c for c in commits if c in held), None)
+
+
+def _insert_records(s, tenant_id: str, model_id: str, commits: Sequence[str], lookups: Sequence[int], steps, now,
+                    macs: Sequence[str | None]) -> None:
+    """Insert the learned records, 500 rows per multi-row INSERT at driver level (no per-row ORM parameter
+    processing; ``learned_at`` goes through the column type's own bind processor, so the stored value is what
+    the ORM would write).  The caller has checked for clashes under the model's lock."""
     col = Record.__table__.c.learned_at
     dialect = s.bind.dialect
     proc = col.type.dialect_impl(dialect).bind_processor(dialect)
     at = proc(now) if proc is not None else now
     p = _placeholder(s)
-    row_sql = f"({p}, {p}, {p}, {p}, {p}, {p}, {p})"
+    row_sql = f"({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
     conn = s.connection()
-    for part_c, part_t, part_m in zip(_chunks(commits), _chunks(steps), _chunks(macs)):
+    for part_c, part_l, part_t, part_m in zip(_chunks(commits), _chunks(lookups), _chunks(steps), _chunks(macs)):
         params: list = []
-        for c, t, m in zip(part_c, part_t, part_m):
-            params += (tenant_id, model_id, c, int(t), "learned", at, m)
-        sql = (f"INSERT INTO {Record.__tablename__} (tenant_id, model_id, commitment, step, status, learned_at, "
-               f"example_mac) "
-               f"VALUES {', '.join([row_sql] * len(part_c))} "
-               f"ON CONFLICT (model_id, commitment) DO NOTHING RETURNING commitment")
-        inserted = {r[0] for r in conn.exec_driver_sql(sql, tuple(params))}
-        if len(inserted) < len(part_c):
-            return next(c for c in part_c if c not in inserted)
-    return None
+        for c, k, t, m in zip(part_c, part_l, part_t, part_m):
+            params += (tenant_id, model_id, c, k, int(t), "learned", at, m)
+        sql = (f"INSERT INTO {Record.__tablename__} (tenant_id, model_id, commitment, lookup, step, status, "
+               f"learned_at, example_mac) VALUES {', '.join([row_sql] * len(part_c))}")
+        conn.exec_driver_sql(sql, tuple(params))
 
 
 class ModelService:
@@ -182,16 +198,18 @@ class ModelService:
                 raise Problem(422, e.code, str(e), index=e.index) from None
             key = self._record_key(s, tenant_id)
             commits = commitments(key, ids)
+            lookups = [lookup_key(c) for c in commits]
+            clash = _first_clash(s, model_id, commits, lookups)
+            if clash is not None:
+                rid = ids[commits.index(clash)]
+                raise Problem(409, "duplicate-record", f"Record id {rid!r} was already used in this model.")
             engine = self._checkout(s, row)
             store = SqlRetained(s, model_id, spec.dim) if engine.needs_retained_data else None
             steps = engine.learn(X, y, store)  # on any refusal below the engine is dropped, not checked in
             now = utcnow()
             macs = ([example_mac(key, xi, yi) for xi, yi in zip(X, y)]
                     if engine.needs_deletion_features and not engine.needs_retained_data else [None] * len(ids))
-            clash = _insert_records(s, tenant_id, model_id, commits, steps, now, macs)
-            if clash is not None:  # the transaction rolls back: nothing was learned
-                rid = ids[commits.index(clash)]
-                raise Problem(409, "duplicate-record", f"Record id {rid!r} was already used in this model.")
+            _insert_records(s, tenant_id, model_id, commits, lookups, steps, now, macs)
             if store is not None:
                 store.add(steps, X, y)
             self._store(s, row, engine, now, n_records=row.n_records + len(ids))
@@ -218,10 +236,7 @@ class ModelService:
                 raise Problem(409, "retrain-required", "The model can certify no further deletion; retrain it.")
             key = self._record_key(s, tenant_id)
             commits = [commitment(key, i) for i in ids]
-            found: dict[str, Record] = {}
-            for part in _chunks(commits):
-                for rec in s.scalars(select(Record).where(Record.model_id == model_id, Record.commitment.in_(part))):
-                    found[rec.commitment] = rec
+            found = _existing(s, model_id, commits)
             for rid, c in zip(ids, commits):
                 rec = found.get(c)
                 if rec is None:
@@ -411,7 +426,8 @@ class ModelService:
         with self.db.read() as s:
             key = self._record_key(s, tenant_id)
             c = commitment(key, record_id)
-            recs = list(s.scalars(select(Record).where(Record.tenant_id == tenant_id, Record.commitment == c)
+            recs = list(s.scalars(select(Record).where(Record.lookup == lookup_key(c), Record.tenant_id == tenant_id,
+                                                      Record.commitment == c)
                                   .order_by(Record.model_id)))
             seen = {r.model_id for r in recs}
             # models deleted since: their records are erased, but the receipts remain in the log

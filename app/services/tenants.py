@@ -92,6 +92,12 @@ def commitment(record_key: bytes, record_id: str) -> str:
     return hmac.new(record_key, record_id.encode(), hashlib.sha256).hexdigest()
 
 
+def lookup_key(commitment_hex: str) -> int:
+    """The indexed part of a commitment: its first 8 bytes as a signed 64-bit integer (fits BIGINT)."""
+    v = int(commitment_hex[:16], 16)
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
 def example_mac(record_key: bytes, x, y: float) -> str:
     """HMAC-SHA256 over an example's little-endian float64 bytes: lets the service check client-sent features."""
     import numpy as np
