@@ -38,6 +38,6 @@ class SqlNodeStore:
 
     def flush(self) -> None:
         if self._new:
-            self.s.execute(insert(MerkleNode), [{"tenant_id": self.tenant_id, "level": lv, "idx": ix, "hash": h}
+            self.s.connection().execute(insert(MerkleNode.__table__), [{"tenant_id": self.tenant_id, "level": lv, "idx": ix, "hash": h}
                                                 for (lv, ix), h in self._new.items()])
             self._new = {}

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import hmac
 import json
+from dataclasses import dataclass, fields
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 
 from ..db.session import Database
 from ..db.tables import LedgerEntry, Model, ModelState, Receipt, Record, Tenant
@@ -40,15 +41,40 @@ def _placeholder(s) -> str:
     return "?" if s.bind.dialect.paramstyle == "qmark" else "%s"
 
 
-def _existing(s, model_id: str, commits: Sequence[str]) -> dict[str, Record]:
+@dataclass
+class _Rec:
+    """A stored record, read with one Core query (the unlearn hot path needs no ORM identity map)."""
+    id: int
+    model_id: str
+    commitment: str
+    step: int
+    status: str
+    receipt_id: str | None
+    example_mac: str | None
+
+
+_RECORDS = Record.__table__
+# statements of the hot paths, built once (building one costs about as much as running it on SQLite)
+_SELECT_RECORDS = select(*[_RECORDS.c[f.name] for f in fields(_Rec)]).where(
+    _RECORDS.c.lookup.in_(bindparam("keys", expanding=True)))
+_FORGET_RECORDS = update(_RECORDS).where(_RECORDS.c.id == bindparam("rid")).values(
+    status="forgotten", forgotten_at=bindparam("at"), receipt_id=bindparam("rcp"), example_mac=None)
+_RECORD_KEY = select(Tenant.__table__.c.record_key).where(Tenant.__table__.c.id == bindparam("tid"))
+_STORE_STATE = update(ModelState.__table__).where(ModelState.__table__.c.model_id == bindparam("mid")).values(
+    version=bindparam("version"), blob=bindparam("blob"))
+
+
+def _existing(s, model_id: str, commits: Sequence[str]) -> dict[str, _Rec]:
     """The records of ``model_id`` among ``commits``, by commitment: the lookup index finds the candidates, the
     full commitment and the model decide (distinct commitments may share their first 8 bytes; the same record id
     in the tenant's other models has the same commitment).  The model is checked here, not in SQL: given
     ``model_id = ?`` SQLite's planner prefers (model_id, step) and scans the whole model."""
     wanted = set(commits)
-    found: dict[str, Record] = {}
+    found: dict[str, _Rec] = {}
+    conn = s.connection()
     for part in _chunks(commits):
-        for rec in s.scalars(select(Record).where(Record.lookup.in_(sorted({lookup_key(c) for c in part})))):
+        for r in conn.execute(_SELECT_RECORDS, {"keys": sorted({lookup_key(c) for c in part})}):
+            rec = _Rec(*r)
             if rec.model_id == model_id and rec.commitment in wanted:
                 found[rec.commitment] = rec
     return found
@@ -271,10 +297,10 @@ class ModelService:
                 if isinstance(store, SqlRetained):
                     store.erase([r.step for r in records])  # the forgotten examples leave the database
                 receipts = self.issuer.issue(s, row, engine, records, certs, now)
-                for rec, receipt in zip(records, receipts):
-                    rec.status, rec.forgotten_at, rec.receipt_id = "forgotten", now, receipt["id"]
-                    rec.example_mac = None
-                s.execute(insert(LedgerEntry), [
+                conn = s.connection()
+                conn.execute(_FORGET_RECORDS, [{"rid": rec.id, "rcp": receipt["id"], "at": now}
+                                               for rec, receipt in zip(records, receipts)])
+                conn.execute(insert(LedgerEntry.__table__), [
                     {"model_id": model_id, "epoch": r["epoch"], "receipt_id": r["id"],
                      "kind": "restart" if is_restart(c) else "deletion",
                      "step": c.forgotten_step, "sigma": c.sigma, "rho": c.rho, "created_at": now}
@@ -447,7 +473,7 @@ class ModelService:
 
     # ---- internals ----------------------------------------------------------------------------------------
     @staticmethod
-    def _client_examples(row: Model, key: bytes, ids: list[str], records: list[Record], examples) -> ArrayRetained:
+    def _client_examples(row: Model, key: bytes, ids: list[str], records: list[_Rec], examples) -> ArrayRetained:
         """The features a client sent to forget records of a model that keeps no data, checked against their MAC."""
         by_id = {rid: (x, yv) for rid, x, yv in (examples or [])}
         missing = [rid for rid in ids if rid not in by_id]
@@ -471,7 +497,7 @@ class ModelService:
             raise Problem(413, "batch-too-large", f"At most {self.settings.max_batch} items per request.")
 
     def _record_key(self, s, tenant_id: str) -> bytes:
-        stored = s.execute(select(Tenant.record_key).where(Tenant.id == tenant_id)).scalar_one()
+        stored = s.connection().execute(_RECORD_KEY, {"tid": tenant_id}).scalar_one()
         return open_record_key(self.registry.cipher, tenant_id, stored)
 
     def _checkout(self, s, row: Model) -> Unlearner:
@@ -492,5 +518,6 @@ class ModelService:
         row.ledger_json = json.dumps({**engine.ledger(), "book": book})
         for k, v in fields.items():
             setattr(row, k, v)
-        s.execute(update(ModelState).where(ModelState.model_id == row.id)
-                  .values(version=row.version, blob=self.registry.dump(engine, row.id)))
+        # Core on the connection: no ORM autoflush of the model row here
+        s.connection().execute(_STORE_STATE, {"mid": row.id, "version": row.version,
+                                              "blob": self.registry.dump(engine, row.id)})

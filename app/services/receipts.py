@@ -5,7 +5,7 @@ import base64
 import json
 from typing import Any, Sequence
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -30,6 +30,11 @@ def is_restart(cert: Certificate) -> bool:
     return bool(cert.details.get("restart"))
 
 
+_TENANTS = Tenant.__table__
+_ALLOCATE = (update(_TENANTS).where(_TENANTS.c.id == bindparam("tid"))
+             .values(log_size=_TENANTS.c.log_size + bindparam("n")).returning(_TENANTS.c.log_size))
+
+
 class ReceiptIssuer:
     def __init__(self, keyring):
         self.keyring = keyring
@@ -39,8 +44,8 @@ class ReceiptIssuer:
 
         The UPDATE holds the tenant's log row until commit, so indices are gap-free and never reused.
         """
-        new_size = s.execute(update(Tenant).where(Tenant.id == tenant_id).values(log_size=Tenant.log_size + n)
-                             .returning(Tenant.log_size)).scalar_one()
+        # Core on the connection, built once: no ORM autoflush or session synchronisation
+        new_size = s.connection().execute(_ALLOCATE, {"tid": tenant_id, "n": n}).scalar_one()
         return new_size - n
 
     def issue(self, s, row, engine: Unlearner, records: Sequence, certs: Sequence[Certificate], now) -> list[dict]:
@@ -89,7 +94,7 @@ class ReceiptIssuer:
                          "log_index": first + j, "record_commitment": rec.commitment,
                          "body": leaf, "issued_at": now})
         store.flush()
-        s.execute(insert(Receipt), rows)
+        s.connection().execute(insert(Receipt.__table__), rows)
         return out
 
     # ---- the tenant's log ---------------------------------------------------------------------------------
