@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import secrets
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,9 +25,9 @@ def test_lookup_key_is_the_signed_big_endian_prefix(digest):
 
 
 @pytest.fixture()
-def ctx(tmp_path: Path):
-    app = create_app(Settings(data_dir=Path(tempfile.mkdtemp(dir=tmp_path)), log_level="WARNING",
-                              database_url=f"sqlite:///{tmp_path / 'r.db'}"))
+def ctx(backend):
+    _, url, data_dir = backend  # SQLite and, when configured, PostgreSQL
+    app = create_app(Settings(data_dir=Path(data_dir), log_level="WARNING", database_url=url))
     yield app.state.ctx
     app.state.ctx.db.dispose()
 

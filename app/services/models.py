@@ -37,10 +37,6 @@ def _chunks(seq: Sequence, n: int = IN_CHUNK) -> Iterable[Sequence]:
         yield seq[i : i + n]
 
 
-def _placeholder(s) -> str:
-    return "?" if s.bind.dialect.paramstyle == "qmark" else "%s"
-
-
 @dataclass
 class _Rec:
     """A stored record, read with one Core query (the unlearn hot path needs no ORM identity map)."""
@@ -82,35 +78,46 @@ def _existing(s, model_id: str, commits: Sequence[str]) -> dict[str, _Rec]:
 
 def _first_clash(s, model_id: str, commits: Sequence[str], lookups: Sequence[int]) -> str | None:
     """The first commitment (in batch order) the model already holds, if any (driver-level: the learn hot path)."""
-    p = _placeholder(s)
     conn = s.connection()
     held: set[str] = set()
-    for part in _chunks(lookups):
-        keys = set(part)
-        sql = f"SELECT commitment, model_id FROM {Record.__tablename__} WHERE lookup IN ({', '.join([p] * len(keys))})"
-        held.update(c for c, m in conn.exec_driver_sql(sql, tuple(keys)) if m == model_id)  # model: see _existing
+    if s.bind.dialect.name == "postgresql":
+        # one array parameter: psycopg re-parses SQL text longer than its cache limit on every call (13 ms for a
+        # 500-placeholder statement), so the statement must not grow with the batch
+        sql = f"SELECT commitment, model_id FROM {Record.__tablename__} WHERE lookup = ANY(%s)"
+        held.update(c for c, m in conn.exec_driver_sql(sql, (list(set(lookups)),)) if m == model_id)
+    else:
+        for part in _chunks(lookups):
+            keys = tuple(set(part))
+            sql = f"SELECT commitment, model_id FROM {Record.__tablename__} WHERE lookup IN ({', '.join('?' * len(keys))})"
+            held.update(c for c, m in conn.exec_driver_sql(sql, keys) if m == model_id)  # model: see _existing
     return next((c for c in commits if c in held), None)
 
 
 def _insert_records(s, tenant_id: str, model_id: str, commits: Sequence[str], lookups: Sequence[int], steps, now,
                     macs: Sequence[str | None]) -> None:
-    """Insert the learned records, 500 rows per multi-row INSERT at driver level (no per-row ORM parameter
-    processing; ``learned_at`` goes through the column type's own bind processor, so the stored value is what
-    the ORM would write).  The caller has checked for clashes under the model's lock."""
+    """Insert the learned records at driver level (no per-row ORM parameter processing; ``learned_at`` goes
+    through the column type's own bind processor, so the stored value is what the ORM would write).  SQLite:
+    500 rows per multi-row INSERT; PostgreSQL: one INSERT ... SELECT FROM unnest(arrays), whose text does not
+    grow with the batch.  The caller has checked for clashes under the model's lock."""
     col = Record.__table__.c.learned_at
     dialect = s.bind.dialect
     proc = col.type.dialect_impl(dialect).bind_processor(dialect)
     at = proc(now) if proc is not None else now
-    p = _placeholder(s)
-    row_sql = f"({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
     conn = s.connection()
+    cols = "tenant_id, model_id, commitment, lookup, step, status, learned_at, example_mac"
+    if dialect.name == "postgresql":
+        conn.exec_driver_sql(
+            f"INSERT INTO {Record.__tablename__} ({cols}) SELECT %s, %s, c, k, t, 'learned', %s, m "
+            f"FROM unnest(%s::varchar[], %s::bigint[], %s::bigint[], %s::varchar[]) AS u(c, k, t, m)",
+            (tenant_id, model_id, at, list(commits), list(lookups), [int(t) for t in steps], list(macs)))
+        return
+    row_sql = "(?, ?, ?, ?, ?, 'learned', ?, ?)"
     for part_c, part_l, part_t, part_m in zip(_chunks(commits), _chunks(lookups), _chunks(steps), _chunks(macs)):
         params: list = []
         for c, k, t, m in zip(part_c, part_l, part_t, part_m):
-            params += (tenant_id, model_id, c, k, int(t), "learned", at, m)
-        sql = (f"INSERT INTO {Record.__tablename__} (tenant_id, model_id, commitment, lookup, step, status, "
-               f"learned_at, example_mac) VALUES {', '.join([row_sql] * len(part_c))}")
-        conn.exec_driver_sql(sql, tuple(params))
+            params += (tenant_id, model_id, c, k, int(t), at, m)
+        conn.exec_driver_sql(f"INSERT INTO {Record.__tablename__} ({cols}) VALUES {', '.join([row_sql] * len(part_c))}",
+                             tuple(params))
 
 
 class ModelService:
