@@ -120,6 +120,38 @@ def _insert_records(s, tenant_id: str, model_id: str, commits: Sequence[str], lo
                              tuple(params))
 
 
+_MODELS = Model.__table__
+_SELECT_MODEL = select(_MODELS).where(_MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"),
+                                      _MODELS.c.status != "deleted")
+
+
+class _ModelRow:
+    """A model row read with one Core query for a write path; attribute assignments are remembered and written
+    back by ``flush`` with one UPDATE (the ORM's identity map and unit of work cost more than the write)."""
+
+    def __init__(self, mapping):
+        object.__setattr__(self, "_values", dict(mapping))
+        object.__setattr__(self, "_dirty", set())
+
+    def __getattr__(self, name: str):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value) -> None:
+        if name not in self._values:
+            raise AttributeError(name)
+        self._values[name] = value
+        self._dirty.add(name)
+
+    def flush(self, s) -> None:
+        if self._dirty:
+            s.connection().execute(update(_MODELS).where(_MODELS.c.id == self._values["id"])
+                                   .values({k: self._values[k] for k in sorted(self._dirty)}))
+            self._dirty.clear()
+
+
 class ModelService:
     def __init__(self, db: Database, registry: ModelRegistry, issuer: ReceiptIssuer, settings, metrics=None):
         self.db, self.registry, self.issuer, self.settings = db, registry, issuer, settings
@@ -136,6 +168,14 @@ class ModelService:
         if row is None:
             raise Problem(404, "model-not-found", f"No model {model_id}.")
         return row
+
+    def _locked_row(self, s, tenant_id: str, model_id: str) -> _ModelRow:
+        """The model row of a learn / unlearn / retrain, under the model's lock (see ``_row``)."""
+        q = _SELECT_MODEL if self.db.is_sqlite else _SELECT_MODEL.with_for_update()
+        found = s.connection().execute(q, {"mid": model_id, "tid": tenant_id}).mappings().first()
+        if found is None:
+            raise Problem(404, "model-not-found", f"No model {model_id}.")
+        return _ModelRow(found)
 
     def view(self, row: Model) -> dict[str, Any]:
         spec = json.loads(row.spec_json)
@@ -220,7 +260,7 @@ class ModelService:
                 raise Problem(422, "duplicate-record", f"Record id {rid!r} appears more than once in this batch.")
             seen.add(rid)
         with self.db.write() as s:
-            row = self._row(s, tenant_id, model_id, lock=True)
+            row = self._locked_row(s, tenant_id, model_id)
             spec = spec_from_json(row.spec_json)
             bad = next((i for i, x in enumerate(X) if len(x) != spec.dim), None)
             if bad is not None:  # ragged rows make numpy raise ValueError (was a 500)
@@ -264,7 +304,7 @@ class ModelService:
             raise Problem(422, "validation-error", "Each record id may appear only once in an unlearn request.")
         exhausted = None
         with self.db.write() as s:
-            row = self._row(s, tenant_id, model_id, lock=True)
+            row = self._locked_row(s, tenant_id, model_id)
             if row.status == "retrain_required":
                 raise Problem(409, "retrain-required", "The model can certify no further deletion; retrain it.")
             key = self._record_key(s, tenant_id)
@@ -291,6 +331,7 @@ class ModelService:
                 certs = engine.forget([r.step for r in records], store)
             except CapacityExhausted as e:
                 row.status, row.updated_at = "retrain_required", utcnow()
+                row.flush(s)
                 exhausted = str(e) or "The model's deletion capacity is spent."
                 certs = None
             except NotDeletable as e:
@@ -334,7 +375,7 @@ class ModelService:
     def retrain(self, tenant_id: str, model_id: str, guard=None) -> dict[str, Any]:
         """Exact retrain on the retained examples: a new ledger epoch, recorded in the ledger."""
         with self.db.write() as s:
-            row = self._row(s, tenant_id, model_id, lock=True)
+            row = self._locked_row(s, tenant_id, model_id)
             engine = self._checkout(s, row)
             if not engine.supports_retrain:
                 raise Problem(409, "retrain-not-supported", f"{row.algorithm} keeps no data to retrain on.")
@@ -480,7 +521,7 @@ class ModelService:
 
     # ---- internals ----------------------------------------------------------------------------------------
     @staticmethod
-    def _client_examples(row: Model, key: bytes, ids: list[str], records: list[_Rec], examples) -> ArrayRetained:
+    def _client_examples(row: _ModelRow, key: bytes, ids: list[str], records: list[_Rec], examples) -> ArrayRetained:
         """The features a client sent to forget records of a model that keeps no data, checked against their MAC."""
         by_id = {rid: (x, yv) for rid, x, yv in (examples or [])}
         missing = [rid for rid in ids if rid not in by_id]
@@ -507,13 +548,13 @@ class ModelService:
         stored = s.connection().execute(_RECORD_KEY, {"tid": tenant_id}).scalar_one()
         return open_record_key(self.registry.cipher, tenant_id, stored)
 
-    def _checkout(self, s, row: Model) -> Unlearner:
+    def _checkout(self, s, row: _ModelRow) -> Unlearner:
         def load_blob() -> bytes:
             return s.execute(select(ModelState.blob).where(ModelState.model_id == row.id)).scalar_one()
 
         return self.registry.checkout(row.id, row.version, row.spec_json, load_blob)
 
-    def _store(self, s, row: Model, engine: Unlearner, now, book: Any = _KEEP, **fields: Any) -> None:
+    def _store(self, s, row: _ModelRow, engine: Unlearner, now, book: Any = _KEEP, **fields: Any) -> None:
         if book is _KEEP:
             book = json.loads(row.ledger_json).get("book")
         row.version += 1
@@ -525,6 +566,7 @@ class ModelService:
         row.ledger_json = json.dumps({**engine.ledger(), "book": book})
         for k, v in fields.items():
             setattr(row, k, v)
+        row.flush(s)
         # Core on the connection: no ORM autoflush of the model row here
         s.connection().execute(_STORE_STATE, {"mid": row.id, "version": row.version,
                                               "blob": self.registry.dump(engine, row.id)})
