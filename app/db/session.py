@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 WRITE_OPTION = "olu_write"
@@ -51,6 +51,13 @@ class Database:
         with self._sessions() as session:
             with session.begin():
                 yield session
+
+    @contextmanager
+    def read_connection(self) -> Iterator[Connection]:
+        """A read transaction on a bare connection: for prebuilt Core queries on hot read paths."""
+        with self.engine.connect() as conn:
+            with conn.begin():
+                yield conn
 
     @contextmanager
     def write(self) -> Iterator[Session]:

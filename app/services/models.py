@@ -121,6 +121,8 @@ def _insert_records(s, tenant_id: str, model_id: str, commits: Sequence[str], lo
 
 
 _MODELS = Model.__table__
+_PREDICT_COLUMNS = select(_MODELS.c.version, _MODELS.c.spec_json, _MODELS.c.published, _MODELS.c.ledger_json).where(
+    _MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"), _MODELS.c.status != "deleted")
 _SELECT_MODEL = select(_MODELS).where(_MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"),
                                       _MODELS.c.status != "deleted")
 
@@ -155,6 +157,8 @@ class _ModelRow:
 class ModelService:
     def __init__(self, db: Database, registry: ModelRegistry, issuer: ReceiptIssuer, settings, metrics=None):
         self.db, self.registry, self.issuer, self.settings = db, registry, issuer, settings
+        # (model id, version) -> (dim, published theta, loss, inference-gate message): public data only
+        self._published: dict[tuple[str, int], tuple] = {}
         self.metrics = metrics
 
     # ---- reading helpers ------------------------------------------------------------------------------
@@ -397,24 +401,33 @@ class ModelService:
     # ---- predict and published parameters --------------------------------------------------------------
     def predict(self, tenant_id: str, model_id: str, X: list[list[float]]) -> dict[str, Any]:
         self._check_batch(len(X))
-        with self.db.read() as s:  # only the columns a prediction needs (not the whole ORM row)
-            found = s.execute(select(Model.spec_json, Model.published, Model.version, Model.ledger_json).where(
-                Model.id == model_id, Model.tenant_id == tenant_id, Model.status != "deleted")).first()
+        with self.db.read_connection() as conn:  # one prebuilt Core query of the columns a prediction needs
+            found = conn.execute(_PREDICT_COLUMNS, {"mid": model_id, "tid": tenant_id}).first()
         if found is None:
             raise Problem(404, "model-not-found", f"No model {model_id}.")
-        spec_json, blob, version, ledger = found[0], found[1], found[2], json.loads(found[3])
-        if ledger.get("inference_allowed") is False:
-            raise Problem(409, "inference-not-ready",
-                          f"The model answers predictions once it has learned {ledger.get('sample_complexity')} "
-                          f"examples (it has {ledger.get('n_inserts')}); its inference gate is on.")
-        spec = spec_from_json(spec_json)
-        if any(len(row) != spec.dim for row in X):  # ragged rows would make numpy raise (was a 500)
-            raise Problem(422, "invalid-dimension", f"Each feature vector must have {spec.dim} values.")
+        version = found[0]
+        published = self._published.get((model_id, version))
+        if published is None:  # decoded once per (model, version): a version never changes once written
+            ledger = json.loads(found[3])
+            spec = spec_from_json(found[1])
+            gate = None
+            if ledger.get("inference_allowed") is False:
+                gate = (f"The model answers predictions once it has learned {ledger.get('sample_complexity')} "
+                        f"examples (it has {ledger.get('n_inserts')}); its inference gate is on.")
+            theta = published_array(found[2])
+            theta.setflags(write=False)  # shared by later requests
+            published = (spec.dim, theta, loss_for(spec), gate)
+            if len(self._published) >= 1024:
+                self._published.clear()
+            self._published[(model_id, version)] = published
+        dim, theta, loss, gate = published
+        if gate is not None:
+            raise Problem(409, "inference-not-ready", gate)
+        if any(len(row) != dim for row in X):  # ragged rows would make numpy raise (was a 500)
+            raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
         Xa = np.asarray(X, dtype=np.float64)
-        if Xa.ndim != 2 or Xa.shape[1] != spec.dim:
-            raise Problem(422, "invalid-dimension", f"Each feature vector must have {spec.dim} values.")
-        theta = published_array(blob)
-        loss = loss_for(spec)
+        if Xa.ndim != 2 or Xa.shape[1] != dim:
+            raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
         with np.errstate(over="ignore", invalid="ignore"):
             scores = Xa @ theta[:-1] + theta[-1]
         if not np.all(np.isfinite(scores)):  # would not serialise as JSON (was a 500)
