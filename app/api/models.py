@@ -9,6 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from ..schemas.api import (LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
                            PredictResponse, RetrainResponse, UnlearnRequest, UnlearnResponse)
 from . import idempotent
+from .json_body import json_body, openapi_body
 from .learn_body import openapi_request_body, parse_learn_body
 from .deps import AnyKey, Predictor, Writer, get_ctx
 from .problems import responses
@@ -68,7 +69,8 @@ async def learn(model_id: str, request: Request, p: Writer, raw: Annotated[bytes
 
 
 def install_openapi(app) -> None:
-    """Publish the two learn body schemas (the learn route parses its body itself, so FastAPI does not see them)."""
+    """Publish the body schemas of the routes that parse their bodies themselves (FastAPI does not see them)."""
+    from fastapi.openapi.models import Schema
     from pydantic.json_schema import models_json_schema
 
     build = app.openapi
@@ -76,9 +78,12 @@ def install_openapi(app) -> None:
     def openapi():
         if app.openapi_schema is None:
             doc = build()
-            _, defs = models_json_schema([(LearnRequest, "validation"), (LearnColumnarRequest, "validation")],
+            _, defs = models_json_schema([(m, "validation") for m in (LearnRequest, LearnColumnarRequest,
+                                                                       UnlearnRequest, PredictRequest)],
                                          ref_template="#/components/schemas/{model}")
-            doc.setdefault("components", {}).setdefault("schemas", {}).update(defs["$defs"])
+            schemas = {name: Schema(**d).model_dump(by_alias=True, exclude_none=True)  # as FastAPI renders its own
+                       for name, d in defs["$defs"].items()}
+            doc.setdefault("components", {}).setdefault("schemas", {}).update(schemas)
             app.openapi_schema = doc
         return app.openapi_schema
 
@@ -86,8 +91,9 @@ def install_openapi(app) -> None:
 
 
 @router.post("/{model_id}/unlearn", response_model=UnlearnResponse,
-             responses=responses(401, 403, 404, 409, 413, 422))
-async def unlearn(model_id: str, body: UnlearnRequest, request: Request, p: Writer, idempotency_key: IdemKey = None):
+             responses=responses(401, 403, 404, 409, 413, 422), openapi_extra=openapi_body(UnlearnRequest))
+async def unlearn(model_id: str, request: Request, p: Writer,
+                  body: Annotated[UnlearnRequest, Depends(json_body(UnlearnRequest))], idempotency_key: IdemKey = None):
     """Forget records by id. Each forgotten record gets a signed certificate receipt; all-or-nothing."""
     models = get_ctx(request).models
     examples = [(e.id, e.x, e.y) for e in body.examples] if body.examples else None
@@ -102,8 +108,10 @@ def retrain(model_id: str, request: Request, p: Writer, idempotency_key: IdemKey
                           lambda guard: get_ctx(request).models.retrain(p.tenant_id, model_id, guard))
 
 
-@router.post("/{model_id}/predict", response_model=PredictResponse, responses=responses(401, 403, 404, 413, 422))
-async def predict(model_id: str, body: PredictRequest, request: Request, p: Predictor):
+@router.post("/{model_id}/predict", response_model=PredictResponse, responses=responses(401, 403, 404, 413, 422),
+             openapi_extra=openapi_body(PredictRequest))
+async def predict(model_id: str, request: Request, p: Predictor,
+                  body: Annotated[PredictRequest, Depends(json_body(PredictRequest))]):
     """Predict with the published parameters."""
     models = get_ctx(request).models
     return await run_in_threadpool(
