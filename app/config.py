@@ -30,6 +30,10 @@ class Settings(BaseSettings):
     rate_limit: float | None = Field(
         1000.0, description="Requests per second per API key (in-process token bucket: per replica); empty or 0: off.")
     rate_limit_burst: float | None = Field(None, description="Bucket size; default: the rate (one second's worth).")
+    auth_cache_seconds: float = Field(
+        1.0, ge=0, le=60, description="Seconds a successful API key check is reused in this process; a key revoked "
+                                      "through another replica or the CLI is still accepted here for at most this "
+                                      "long (revoking through this process applies at once); 0: off.")
 
     @field_validator("rate_limit", "rate_limit_burst", mode="before")
     @classmethod

@@ -69,7 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                          settings.encryption_keys_old.get_secret_value() if settings.encryption_keys_old else None)
     registry = ModelRegistry(cipher=cipher)
     metrics = Metrics()
-    ctx = Context(settings, db, keyring, TenantService(db, cipher),
+    ctx = Context(settings, db, keyring, TenantService(db, cipher, settings.auth_cache_seconds),
                   ModelService(db, registry, ReceiptIssuer(keyring), settings, metrics), IdempotencyStore(db), metrics)
 
     @asynccontextmanager

@@ -12,6 +12,7 @@ import sys
 import time
 from contextvars import ContextVar
 
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -39,16 +40,27 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, request id, and any ``extra`` fields."""
 
     RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+    _second: tuple[int, str] = (-1, "")  # the last second formatted, and its text
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-               "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage(),
-               "request_id": request_id_var.get()}
+        second, text = self._second
+        if int(record.created) != second:
+            second = int(record.created)
+            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = (second, text)
+        out = {"ts": f"{text}.{int(record.msecs):03d}Z", "level": record.levelname.lower(), "logger": record.name,
+               "msg": record.getMessage(), "request_id": request_id_var.get()}
         for k, v in record.__dict__.items():
             if k not in self.RESERVED and not k.startswith("_"):
                 out[k] = v
         if record.exc_info:
             out["exc_type"] = record.exc_info[0].__name__ if record.exc_info[0] else None  # no values: no secrets
+        try:
+            raw = orjson.dumps(out, default=str)
+            if raw.isascii():  # else json's \u escapes keep the line ASCII, whatever the stream's encoding
+                return raw.decode()
+        except (TypeError, orjson.JSONEncodeError):  # e.g. an integer beyond 64 bits
+            pass
         return json.dumps(out, default=str)
 
 
@@ -71,12 +83,22 @@ class ObservabilityMiddleware:
 
     def __init__(self, app, metrics: Metrics):
         self.app, self.metrics = app, metrics
+        self._series: dict[tuple, tuple] = {}  # (method, route, status class) -> metric children (labels looked up once)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        incoming = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode("latin-1")
-        rid = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else secrets.token_hex(8)
+        rid = None
+        for name, value in scope.get("headers") or ():
+            if name == b"x-request-id":
+                rid = value  # the last one, as before
+        if rid is not None:
+            rid = rid.decode("latin-1")
+            if not (0 < len(rid) <= 64 and rid.isprintable()):
+                rid = None
+        if rid is None:
+            rid = secrets.token_hex(8)
+        rid_header = (b"x-request-id", rid.encode())
         token = request_id_var.set(rid)
         start = time.perf_counter()
         status = 500
@@ -85,8 +107,7 @@ class ObservabilityMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + [(b"x-request-id", rid.encode())]
+                message["headers"] = [*message.get("headers", ()), rid_header]
             await send(message)
 
         try:
@@ -96,8 +117,14 @@ class ObservabilityMiddleware:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
             method = scope.get("method", "")
-            self.metrics.requests.labels(method, template, f"{status // 100}xx").inc()
-            self.metrics.latency.labels(method, template).observe(elapsed)
-            access_log.info("request", extra={"method": method, "route": template, "status": status,
-                                              "duration_ms": round(elapsed * 1000, 3)})
+            key = (method, template, status // 100)
+            series = self._series.get(key)
+            if series is None:
+                series = self._series[key] = (self.metrics.requests.labels(method, template, f"{status // 100}xx"),
+                                              self.metrics.latency.labels(method, template))
+            series[0].inc()
+            series[1].observe(elapsed)
+            if access_log.isEnabledFor(logging.INFO):
+                access_log.info("request", extra={"method": method, "route": template, "status": status,
+                                                  "duration_ms": round(elapsed * 1000, 3)})
             request_id_var.reset(token)

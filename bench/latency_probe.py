@@ -1,7 +1,7 @@
 """Latency on a fresh server, nothing else running: ``python -m bench.latency_probe [n]``.
 
 One uvicorn ``app.main:app`` on SQLite (synchronous=FULL), one model (passive OLU, d = 64) with 1000 records, then
-n sequential requests each of unlearn(1), predict(1 row) and GET /healthz (the HTTP floor of the machine); p50.
+n sequential requests each of unlearn(1), predict(1 row), GET /healthz (the HTTP floor of the machine) and learn(1); p50.
 """
 from __future__ import annotations
 
@@ -37,6 +37,9 @@ def main() -> None:
                 "predict": lambda i: c.post(f"/v1/models/{mid}/predict", content=orjson.dumps({"x": [X[i].tolist()]}),
                                             headers={"content-type": "application/json"}),
                 "GET /healthz": lambda i: c.get("/healthz"),
+                "learn(1)": lambda i: c.post(f"/v1/models/{mid}/learn", content=orjson.dumps(
+                    {"examples": [{"id": f"one-{i}", "x": X[i].tolist(), "y": float(y[i])}]}),
+                    headers={"content-type": "application/json"}),
             }
             for name, op in ops.items():
                 times = []

@@ -77,3 +77,41 @@ def test_json_logs_carry_request_ids_and_no_secrets(server):
     blob = "\n".join(handler.lines)
     for secret in (key, server.app.state.ctx.settings.admin_token.get_secret_value()):
         assert secret not in blob
+
+
+def test_middleware_counts_each_status_class_and_echoes_request_ids():
+    """Metric children are looked up once per (method, route, status class): counts stay separate."""
+    import asyncio
+
+    from app.observability import Metrics, ObservabilityMiddleware
+
+    class Route:
+        path = "/v1/things/{id}"
+
+    statuses = iter([200, 404, 200])
+
+    async def app(scope, receive, send):
+        scope["route"] = Route()
+        await send({"type": "http.response.start", "status": next(statuses), "headers": [(b"a", b"b")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    metrics = Metrics()
+    mw = ObservabilityMiddleware(app, metrics)
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def run(headers):
+        await mw({"type": "http", "method": "GET", "path": "/v1/things/1", "headers": headers}, None, send)
+
+    asyncio.run(run([(b"x-request-id", b"first"), (b"x-request-id", b"trace-1")]))
+    asyncio.run(run([(b"x-request-id", b"bad\x01id")]))
+    asyncio.run(run([]))
+    ids = [dict(m["headers"])[b"x-request-id"] for m in sent if m["type"] == "http.response.start"]
+    assert ids[0] == b"trace-1" and len(ids[1]) == 16 and ids[1] != b"bad\x01id" and len(ids[2]) == 16
+    assert all(dict(m["headers"])[b"a"] == b"b" for m in sent if m["type"] == "http.response.start")
+    text = metrics.render()[0].decode()
+    assert _metric(text, "olu_http_requests_total", route="/v1/things/{id}", status="2xx") == 2
+    assert _metric(text, "olu_http_requests_total", route="/v1/things/{id}", status="4xx") == 1
+    assert _metric(text, "olu_http_request_duration_seconds_count", route="/v1/things/{id}") == 3

@@ -5,6 +5,7 @@ import hmac
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from ..errors import Problem
 from ..services.auth import Principal
@@ -24,20 +25,23 @@ def _bearer(request: Request) -> str:
     return token.strip()
 
 
-def authenticate(request: Request) -> Principal:
+async def authenticate(request: Request) -> Principal:
+    """Async: a cached key is checked on the event loop; only a database lookup goes to a worker thread."""
     token = _bearer(request)
     ctx = get_ctx(request)
     admin = ctx.settings.admin_token
     if admin is not None and hmac.compare_digest(token.encode(), admin.get_secret_value().encode()):
         return Principal(None, frozenset(), None, is_admin=True)
-    principal = ctx.tenants.authenticate(token)
+    principal = ctx.tenants.cached_principal(token)
+    if principal is None:
+        principal = await run_in_threadpool(ctx.tenants.authenticate, token)
     if principal is None:
         raise Problem(401, "unauthorized", "Unknown or revoked key.")
     return principal
 
 
-def require_admin(request: Request) -> Principal:
-    p = authenticate(request)
+async def require_admin(request: Request) -> Principal:
+    p = await authenticate(request)
     if not p.is_admin:
         raise Problem(403, "forbidden", "This operation needs the admin token.")
     return p
@@ -46,8 +50,8 @@ def require_admin(request: Request) -> Principal:
 def require(scope: str | None):
     """A tenant key with ``scope`` (None: any tenant key)."""
 
-    def dep(request: Request) -> Principal:
-        p = authenticate(request)
+    async def dep(request: Request) -> Principal:
+        p = await authenticate(request)
         if p.is_admin:
             raise Problem(403, "forbidden", "The admin token manages tenants and keys only.")
         if scope is not None and scope not in p.scopes:

@@ -1,9 +1,8 @@
-"""Run a state-changing operation under the request's Idempotency-Key, if it has one."""
+"""Run a state-changing operation under the request's Idempotency-Key, if it has one; answer pre-serialised JSON."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
-import orjson
 from fastapi import Request
 from fastapi.responses import Response
 from pydantic import BaseModel
@@ -12,24 +11,46 @@ from ..services.idempotency import Replay, fingerprint
 from .deps import get_ctx
 
 HEADER = "idempotency-key"
+JSON = "application/json"
+
+
+def encode(response_model: type[BaseModel], payload: Any) -> bytes:
+    """``payload`` validated against ``response_model`` and serialised: the bytes of the answer and of its replays."""
+    return response_model.model_validate(payload).model_dump_json().encode()
+
+
+def json_response(response_model: type[BaseModel], payload: Any, status_code: int = 200) -> Response:
+    """A ready Response (FastAPI then skips its own response-model pass; the decorator still documents it)."""
+    return Response(encode(response_model, payload), status_code=status_code, media_type=JSON)
 
 
 def run(request: Request, tenant_id: str, body: BaseModel | None, response_model: type[BaseModel], status_code: int,
-        operation: Callable):
-    """``operation(guard)`` performs the write; with a key its answer is stored in the same transaction."""
+        operation: Callable) -> Response:
+    """``operation(guard)`` performs the write; with a key its answer is stored in the same transaction.
+
+    Blocking (database): call it from a worker thread."""
     key = request.headers.get(HEADER)
     if key is None:
-        return operation(None)
+        return json_response(response_model, operation(None), status_code)
     store = get_ctx(request).idempotency
     claim = store.begin(tenant_id, key, fingerprint(request.method, request.url.path,
                                                     body.model_dump_json().encode() if body is not None else b""))
     if isinstance(claim, Replay):
-        return Response(claim.body, status_code=claim.status_code, media_type="application/json",
+        return Response(claim.body, status_code=claim.status_code, media_type=JSON,
                         headers={"idempotent-replayed": "true"})
     claim.status_code = status_code
-    claim.encode = lambda payload: orjson.dumps(response_model.model_validate(payload).model_dump(mode="json"))
+    stored: list = []  # (payload, bytes) as stored with the answer: sent as is
+
+    def encode_stored(payload):
+        raw = encode(response_model, payload)
+        stored[:] = [payload, raw]
+        return raw
+
+    claim.encode = encode_stored
     try:
-        return operation(claim)
+        payload = operation(claim)
     except BaseException:
         claim.release()
         raise
+    raw = stored[1] if stored and stored[0] is payload else encode(response_model, payload)
+    return Response(raw, status_code=status_code, media_type=JSON)

@@ -4,10 +4,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from ..schemas.api import (LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
                            PredictResponse, RetrainResponse, UnlearnRequest, UnlearnResponse)
 from . import idempotent
+from .json_body import json_body, openapi_body
 from .learn_body import openapi_request_body, parse_learn_body
 from .deps import AnyKey, Predictor, Writer, get_ctx
 from .problems import responses
@@ -47,21 +49,28 @@ async def _raw_body(request: Request) -> bytes:
     return await request.body()
 
 
+# The hot routes are async and make one worker-thread hop for the blocking part (decode, service call, encode).
 @router.post("/{model_id}/learn", response_model=LearnResponse, responses=responses(401, 403, 404, 409, 413, 422),
              openapi_extra=openapi_request_body())
-def learn(model_id: str, request: Request, p: Writer, raw: Annotated[bytes, Depends(_raw_body)],
-          idempotency_key: IdemKey = None):
+async def learn(model_id: str, request: Request, p: Writer, raw: Annotated[bytes, Depends(_raw_body)],
+                idempotency_key: IdemKey = None):
     """Learn a batch of examples in order. Record ids must be new to the model; the batch is all-or-nothing.
 
     Two body shapes: per example `{"examples": [{"id", "x", "y"}]}`, or columnar `{"ids": [..], "x": [[..]],
     "y": [..]}` (faster to decode; also as `application/msgpack`)."""
-    batch = parse_learn_body(raw, request.headers.get("content-type"))
-    return idempotent.run(request, p.tenant_id, batch.model, LearnResponse, 200, lambda guard: get_ctx(request).models.learn(
-        p.tenant_id, model_id, batch.ids, batch.X, batch.y, guard))
+    models = get_ctx(request).models
+
+    def work():
+        batch = parse_learn_body(raw, request.headers.get("content-type"))
+        return idempotent.run(request, p.tenant_id, batch.model, LearnResponse, 200, lambda guard: models.learn(
+            p.tenant_id, model_id, batch.ids, batch.X, batch.y, guard))
+
+    return await run_in_threadpool(work)
 
 
 def install_openapi(app) -> None:
-    """Publish the two learn body schemas (the learn route parses its body itself, so FastAPI does not see them)."""
+    """Publish the body schemas of the routes that parse their bodies themselves (FastAPI does not see them)."""
+    from fastapi.openapi.models import Schema
     from pydantic.json_schema import models_json_schema
 
     build = app.openapi
@@ -69,9 +78,12 @@ def install_openapi(app) -> None:
     def openapi():
         if app.openapi_schema is None:
             doc = build()
-            _, defs = models_json_schema([(LearnRequest, "validation"), (LearnColumnarRequest, "validation")],
+            _, defs = models_json_schema([(m, "validation") for m in (LearnRequest, LearnColumnarRequest,
+                                                                       UnlearnRequest, PredictRequest)],
                                          ref_template="#/components/schemas/{model}")
-            doc.setdefault("components", {}).setdefault("schemas", {}).update(defs["$defs"])
+            schemas = {name: Schema(**d).model_dump(by_alias=True, exclude_none=True)  # as FastAPI renders its own
+                       for name, d in defs["$defs"].items()}
+            doc.setdefault("components", {}).setdefault("schemas", {}).update(schemas)
             app.openapi_schema = doc
         return app.openapi_schema
 
@@ -79,13 +91,14 @@ def install_openapi(app) -> None:
 
 
 @router.post("/{model_id}/unlearn", response_model=UnlearnResponse,
-             responses=responses(401, 403, 404, 409, 413, 422))
-def unlearn(model_id: str, body: UnlearnRequest, request: Request, p: Writer, idempotency_key: IdemKey = None):
+             responses=responses(401, 403, 404, 409, 413, 422), openapi_extra=openapi_body(UnlearnRequest))
+async def unlearn(model_id: str, request: Request, p: Writer,
+                  body: Annotated[UnlearnRequest, Depends(json_body(UnlearnRequest))], idempotency_key: IdemKey = None):
     """Forget records by id. Each forgotten record gets a signed certificate receipt; all-or-nothing."""
-    return idempotent.run(request, p.tenant_id, body, UnlearnResponse, 200,
-                          lambda guard: get_ctx(request).models.unlearn(
-                              p.tenant_id, model_id, list(body.ids), guard,
-                              [(e.id, e.x, e.y) for e in body.examples] if body.examples else None))
+    models = get_ctx(request).models
+    examples = [(e.id, e.x, e.y) for e in body.examples] if body.examples else None
+    return await run_in_threadpool(idempotent.run, request, p.tenant_id, body, UnlearnResponse, 200,
+                                   lambda guard: models.unlearn(p.tenant_id, model_id, list(body.ids), guard, examples))
 
 
 @router.post("/{model_id}/retrain", response_model=RetrainResponse, responses=responses(401, 403, 404, 409, 422))
@@ -95,10 +108,14 @@ def retrain(model_id: str, request: Request, p: Writer, idempotency_key: IdemKey
                           lambda guard: get_ctx(request).models.retrain(p.tenant_id, model_id, guard))
 
 
-@router.post("/{model_id}/predict", response_model=PredictResponse, responses=responses(401, 403, 404, 413, 422))
-def predict(model_id: str, body: PredictRequest, request: Request, p: Predictor):
+@router.post("/{model_id}/predict", response_model=PredictResponse, responses=responses(401, 403, 404, 413, 422),
+             openapi_extra=openapi_body(PredictRequest))
+async def predict(model_id: str, request: Request, p: Predictor,
+                  body: Annotated[PredictRequest, Depends(json_body(PredictRequest))]):
     """Predict with the published parameters."""
-    return get_ctx(request).models.predict(p.tenant_id, model_id, body.x)
+    models = get_ctx(request).models
+    return await run_in_threadpool(
+        lambda: idempotent.json_response(PredictResponse, models.predict(p.tenant_id, model_id, body.x)))
 
 
 @router.get("/{model_id}/parameters", response_model=Parameters, responses=responses(401, 403, 404))

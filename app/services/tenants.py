@@ -4,8 +4,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
+import time
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from ..errors import Problem
 from .auth import Principal
@@ -20,6 +22,12 @@ def _hash(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+# the columns authentication needs, looked up by the key's public prefix
+_KEY_BY_PREFIX = select(ApiKey.id, ApiKey.tenant_id, ApiKey.key_hash, ApiKey.scopes, ApiKey.revoked_at).where(
+    ApiKey.prefix == bindparam("prefix"))
+AUTH_CACHE_MAX = 10_000
+
+
 def _new_key() -> tuple[str, str]:
     """(prefix, full key).  The prefix is a public lookup handle; the rest is 256 bits of secret."""
     prefix = secrets.token_hex(6)
@@ -27,8 +35,15 @@ def _new_key() -> tuple[str, str]:
 
 
 class TenantService:
-    def __init__(self, db: Database, cipher=None):
+    """``auth_cache_seconds`` > 0 keeps successful authentications per process for that long: a key revoked
+    through this service is refused at once; one revoked elsewhere (another replica, the CLI) within that time."""
+
+    def __init__(self, db: Database, cipher=None, auth_cache_seconds: float = 0.0, clock=time.monotonic):
         self.db, self.cipher = db, cipher  # cipher: app.crypto.Cipher sealing record keys at rest
+        self.auth_cache_seconds, self.clock = max(0.0, float(auth_cache_seconds or 0.0)), clock
+        self._auth_cache: dict[str, tuple[float, Principal]] = {}  # SHA-256 of the key -> (expiry, principal)
+        self._auth_lock = threading.Lock()
+        self._revocations = 0  # bumped on every revocation: a lookup that raced one is not cached
 
     def create_tenant(self, name: str) -> dict:
         now = utcnow()
@@ -54,6 +69,9 @@ class TenantService:
                 raise Problem(404, "key-not-found", f"No key {key_id} for tenant {tenant_id}.")
             if key.revoked_at is None:
                 key.revoked_at = utcnow()
+        with self._auth_lock:
+            self._revocations += 1
+            self._auth_cache = {h: e for h, e in self._auth_cache.items() if e[1].key_id != key_id}
 
     @staticmethod
     def _add_key(s, tenant_id: str, scopes, label) -> tuple[str, str]:
@@ -63,15 +81,41 @@ class TenantService:
                      label=label, created_at=utcnow(), revoked_at=None))
         return key_id, raw
 
+    def cached_principal(self, raw: str) -> Principal | None:
+        """The principal of a recently authenticated key, without I/O (None: not cached or expired)."""
+        if not self.auth_cache_seconds or len(raw) > 200:
+            return None
+        entry = self._auth_cache.get(_hash(raw))
+        if entry is None or entry[0] <= self.clock():
+            return None
+        return entry[1]
+
     def authenticate(self, raw: str) -> Principal | None:
         parts = raw.split("_")
         if len(parts) < 3 or parts[0] != "olu" or len(raw) > 200:
             return None
-        with self.db.read() as s:
-            key = s.scalars(select(ApiKey).where(ApiKey.prefix == parts[1])).first()
-        if key is None or key.revoked_at is not None or not hmac.compare_digest(key.key_hash, _hash(raw)):
+        digest = _hash(raw)
+        if self.auth_cache_seconds:
+            entry = self._auth_cache.get(digest)
+            if entry is not None and entry[0] > self.clock():
+                return entry[1]
+        started, revocations = self.clock(), self._revocations
+        with self.db.engine.connect() as c:
+            key = c.execute(_KEY_BY_PREFIX, {"prefix": parts[1]}).first()
+        if key is None or key.revoked_at is not None or not hmac.compare_digest(key.key_hash, digest):
             return None
-        return Principal(key.tenant_id, frozenset(key.scopes.split()), key.id)
+        principal = Principal(key.tenant_id, frozenset(key.scopes.split()), key.id)
+        if self.auth_cache_seconds:
+            with self._auth_lock:
+                if revocations == self._revocations:  # else a revocation may have raced this lookup
+                    if len(self._auth_cache) >= AUTH_CACHE_MAX:
+                        now = self.clock()
+                        self._auth_cache = {h: e for h, e in self._auth_cache.items() if e[0] > now}
+                        if len(self._auth_cache) >= AUTH_CACHE_MAX:
+                            self._auth_cache = {}
+                    # expiry counts from before the read: a revocation elsewhere is seen within the TTL
+                    self._auth_cache[digest] = (started + self.auth_cache_seconds, principal)
+        return principal
 
     def record_key(self, s, tenant_id: str) -> bytes:
         return open_record_key(self.cipher, tenant_id,
