@@ -78,6 +78,8 @@ class CappedStronglyConvex(Schedule):
     def log_gamma_sum(self, u: int, tau: int) -> float:
         if tau <= u:
             return 0.0
+        if u >= self.t0:  # the branch below with n_capped = 0, a = u + 1: Gamma = prod (1 - 1/r) = u/tau (000 Cor. 3.2)
+            return math.log(u / tau)
         total = 0.0
         n_capped = max(0, min(tau, self.t0 - 1) - u)  # r in (u, tau] with r < t0
         if n_capped:
