@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pytest
 
-from app.unlearning import SecureGaussianNoise, SeededNoise
+from app.unlearning import SecureGaussianNoise, SeededNoise, fast
 from app.unlearning.certificate import Certificate
 from app.unlearning.domain import project_l2_ball
 from app.unlearning.noise import OS_ENTROPY, OsEntropy, secure_generator
@@ -242,3 +242,42 @@ def test_certificate_construction():
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.sigma = 1.0  # type: ignore[misc]
     assert "sigma=0.5" in repr(c)
+
+
+def _numpy_noise_step(theta, xi, sigma, radius):
+    return project_l2_ball(theta + sigma * xi, radius)
+
+
+@pytest.mark.skipif(not fast.available(), reason="compiled fast path unavailable")
+def test_compiled_noise_step_matches_numpy():
+    rng = np.random.default_rng(1)
+    bound = 0
+    for _ in range(3000):
+        d = int(rng.integers(1, 130))
+        theta, xi = rng.standard_normal(d) * rng.uniform(0, 3), rng.standard_normal(d)
+        sigma, radius = float(rng.uniform(0, 2)), float(rng.uniform(0.5, 20))
+        got, ref = fast.noise_step(theta, xi, sigma, radius), _numpy_noise_step(theta, xi, sigma, radius)
+        if np.linalg.norm(theta + sigma * xi) <= radius * (1 - 1e-12):
+            assert np.array_equal(got, ref)  # no projection: theta + sigma xi bit for bit (no fused multiply-add)
+        else:
+            bound += 1
+            np.testing.assert_allclose(got, ref, rtol=4e-16 * d, atol=0)
+            assert np.linalg.norm(got) <= radius * (1 + 1e-15)
+    assert bound > 100
+    # other argument types take the numpy path (no lazy compilation in a forget)
+    theta, xi = rng.standard_normal(10), rng.standard_normal(20)[::2]
+    assert np.array_equal(fast.noise_step(theta, xi, 0.5, 1.0), _numpy_noise_step(theta, xi, 0.5, 1.0))
+    ro = np.frombuffer(xi.copy().tobytes())
+    assert np.array_equal(fast.noise_step(theta, ro, 0.5, 100.0), _numpy_noise_step(theta, ro, 0.5, 100.0))
+    assert fast.noise_step(theta, xi.astype(np.float32), 0.5, 100.0).dtype == np.float64
+
+
+def test_noise_step_without_compiled_path():
+    rng = np.random.default_rng(2)
+    previous = fast.set_enabled(False)
+    try:
+        for radius in (0.5, 50.0):
+            theta, xi = rng.standard_normal(9), rng.standard_normal(9)
+            assert np.array_equal(fast.noise_step(theta, xi, 0.7, radius), _numpy_noise_step(theta, xi, 0.7, radius))
+    finally:
+        fast.set_enabled(previous)

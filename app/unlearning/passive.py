@@ -379,6 +379,4 @@ class PassiveOLU(Unlearner):
     def apply_noise(self, sigma: float) -> np.ndarray:
         """theta <- Pi_K(theta + N(0, sigma^2 I)): noise into the state, then projection (P4, P5)."""
         theta = self.theta
-        v = sigma * self.noise.standard_normal(theta.shape[0])
-        v += theta  # theta + sigma xi, the same rounding, one temporary less
-        return project_l2_ball(v, self.spec.domain_radius)
+        return fast.noise_step(theta, self.noise.standard_normal(theta.shape[0]), sigma, self.spec.domain_radius)
