@@ -12,8 +12,10 @@ reworked) must not move.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -242,6 +244,7 @@ def test_certificate_construction():
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.sigma = 1.0  # type: ignore[misc]
     assert "sigma=0.5" in repr(c)
+    assert pickle.loads(pickle.dumps(c)) == c and copy.deepcopy(c) == c
 
 
 def _numpy_noise_step(theta, xi, sigma, radius):
