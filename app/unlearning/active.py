@@ -41,6 +41,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
+from . import fast
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
 from .certificate import Certificate
 from .domain import project_l2_ball
@@ -337,8 +338,8 @@ class ActiveOLU(OGDIterate, Unlearner):
 
     def apply_noise(self, sigma: float) -> np.ndarray:
         """theta <- Pi_K(theta + N(0, sigma^2 I)): noise into the state, then projection (P4, P5)."""
-        xi = self.noise.standard_normal(self.theta.shape[0])
-        return project_l2_ball(self.theta + sigma * xi, self.spec.domain_radius)
+        theta = self.theta
+        return fast.noise_step(theta, self.noise.standard_normal(theta.shape[0]), sigma, self.spec.domain_radius)
 
     def replay_event(self, cert: Certificate, retained: RetainedData) -> None:
         """The reference run's copy of a deletion event (coupled replay): the same mechanism on the masked data.

@@ -4,8 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+_NO_DETAILS = object()
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class Certificate:
     learned_step: int          # u: the step that consumed the example
     forgotten_step: int        # tau: the step after which the forget was applied
@@ -15,3 +17,18 @@ class Certificate:
     sensitivity: float         # a_i: certified bound on the shift the example can still cause
     rho: float                 # Renyi charge per order: D_alpha <= alpha * rho  (a^2 / (2 sigma^2))
     details: Mapping[str, float] = field(default_factory=dict)  # public intermediates (Delta_u, Gamma, ...)
+
+    def __init__(self, learned_step: int, forgotten_step: int, deletion_index: int, mechanism: str, sigma: float,
+                 sensitivity: float, rho: float,
+                 details: Mapping[str, float] = _NO_DETAILS):  # type: ignore[assignment]
+        # Same signature and result as the frozen dataclass's generated __init__, which calls object.__setattr__
+        # once per field (~2 us, a fifth of a passive forget); the instance dict is filled directly instead.
+        d = self.__dict__
+        d["learned_step"] = learned_step
+        d["forgotten_step"] = forgotten_step
+        d["deletion_index"] = deletion_index
+        d["mechanism"] = mechanism
+        d["sigma"] = sigma
+        d["sensitivity"] = sensitivity
+        d["rho"] = rho
+        d["details"] = {} if details is _NO_DETAILS else details

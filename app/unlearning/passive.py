@@ -340,7 +340,8 @@ class PassiveOLU(Unlearner):
 
     def _precheck(self, steps: list[int]) -> None:
         """Refuse the whole request before anything changes (atomic): uncovered steps, exhausted capacity."""
-        bad = [u for u in steps if not self.schedule.deletable(u - self.epoch_start)]
+        deletable, start = self.schedule.deletable, self.epoch_start
+        bad = [u for u in steps if not deletable(u - start)]
         if bad:
             raise NotDeletable(
                 f"records learned at steps {bad} precede the schedule's deletable region "
@@ -351,10 +352,12 @@ class PassiveOLU(Unlearner):
                 f"(max_deletions={self.capacity}); an exact retrain is required")
 
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
-        steps = [int(s) for s in steps]
+        steps = list(map(int, steps))
         self._check_steps(steps)
         self._precheck(steps)
         tau = self.t
+        if len(steps) == 1:
+            return [self._gaussian_forget(steps[0], tau)]
         # several deletions at one tau: sequentially, each with its own i and noise (P9)
         return [self._gaussian_forget(u, tau) for u in steps]
 
@@ -367,17 +370,13 @@ class PassiveOLU(Unlearner):
         self.n_charged = i
         self.n_deletions += 1
         self.rho_spent += rho_i
-        details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i)}
-        if self.allocation == "omega_series":
-            details["omega"] = self.omega
+        if self.capacity is None:  # allocation omega_series
+            details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "omega": self.omega}
         else:
-            details["capacity"] = float(self.capacity)
-        return Certificate(
-            learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism="gaussian",
-            sigma=sigma, sensitivity=a, rho=rho_i, details=details,
-        )
+            details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "capacity": float(self.capacity)}
+        return Certificate(u, tau, self.n_deletions, "gaussian", sigma, a, rho_i, details)
 
     def apply_noise(self, sigma: float) -> np.ndarray:
         """theta <- Pi_K(theta + N(0, sigma^2 I)): noise into the state, then projection (P4, P5)."""
-        xi = self.noise.standard_normal(self.theta.shape[0])
-        return project_l2_ball(self.theta + sigma * xi, self.spec.domain_radius)
+        theta = self.theta
+        return fast.noise_step(theta, self.noise.standard_normal(theta.shape[0]), sigma, self.spec.domain_radius)

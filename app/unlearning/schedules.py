@@ -78,6 +78,8 @@ class CappedStronglyConvex(Schedule):
     def log_gamma_sum(self, u: int, tau: int) -> float:
         if tau <= u:
             return 0.0
+        if u >= self.t0:  # the branch below with n_capped = 0, a = u + 1: Gamma = prod (1 - 1/r) = u/tau (000 Cor. 3.2)
+            return math.log(u / tau)
         total = 0.0
         n_capped = max(0, min(tau, self.t0 - 1) - u)  # r in (u, tau] with r < t0
         if n_capped:
@@ -188,6 +190,7 @@ class Adaptive(Schedule):
     def reset(self) -> None:
         self.p = self.p0
         self.etas: list[float] = []
+        self.last_expansive = 0  # the last step t with gamma_t > 1 (eta_t beta > 2), 0 if none
 
     def next_eta(self, grad_sq: float) -> float:
         """Account the gradient of the step about to be taken and return its eta (appended to the history)."""
@@ -196,11 +199,16 @@ class Adaptive(Schedule):
         if self.capped:
             eta = min(eta, self.cap)
         self.etas.append(eta)
+        if abs(1.0 - eta * self.beta) > 1.0:
+            self.last_expansive = len(self.etas)
         return eta
 
     def append(self, eta: float) -> None:
         """Record an externally given (public) step size: reference runs and skipped steps."""
-        self.etas.append(float(eta))
+        eta = float(eta)
+        self.etas.append(eta)
+        if abs(1.0 - eta * self.beta) > 1.0:
+            self.last_expansive = len(self.etas)
 
     def current_eta(self) -> float:
         eta = self.D / math.sqrt(self.p)
@@ -215,6 +223,8 @@ class Adaptive(Schedule):
     def log_gamma_sum(self, u: int, tau: int) -> float:
         if tau <= u:
             return 0.0
+        if u >= self.last_expansive:  # every factor of (u, tau] is max(1, |1 - eta beta|) = 1: the sum below is 0.0
+            return 0.0
         e = np.asarray(self.etas[u:tau], dtype=np.float64)
         return float(np.sum(np.log(np.maximum(1.0, np.abs(1.0 - e * self.beta)))))
 
@@ -226,5 +236,8 @@ class Adaptive(Schedule):
         return {"etas": np.asarray(self.etas, dtype=np.float64), "p": float(self.p)}
 
     def load_state(self, state) -> None:
-        self.etas = [float(v) for v in np.asarray(state["etas"], dtype=np.float64)]
+        e = np.asarray(state["etas"], dtype=np.float64)
+        self.etas = [float(v) for v in e]
         self.p = float(state["p"])
+        expansive = np.flatnonzero(np.abs(1.0 - e * self.beta) > 1.0)
+        self.last_expansive = int(expansive[-1]) + 1 if len(expansive) else 0

@@ -1,0 +1,286 @@
+"""The passive forget path: sigma pinned against a direct computation, the CSPRNG seeding, and the helpers the fast
+path relies on (projection, certificate construction, the adaptive schedule's Gamma shortcut).
+
+Every certified number of a Gaussian forget is recomputed here from the papers' formulas, one factor at a time:
+  eta_t            the schedule (000 §2.4 / digest §2.4), Delta_u = eta_u L,
+  gamma_r          Lemma D: max(|1 - eta_r mu|, |1 - eta_r beta|) (adaptive: max(1, |1 - eta_r beta|)),
+  Gamma(u, tau)    prod_{r=u+1..tau} gamma_r, summed in logs with math.fsum,
+  sigma_i          sqrt(omega i^omega / (2 (omega - 1) rho)) a_i (000 Alg. 1) or sqrt(k / (2 rho)) a_i (uniform).
+The engine uses closed forms and shortcuts (u/tau, the capped prefix, the adaptive zero sum); they must agree
+with the direct product to 1e-12, and the pinned values (computed by commit af7668c, before the forget path was
+reworked) must not move.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+from app.unlearning import SecureGaussianNoise, SeededNoise, fast
+from app.unlearning.certificate import Certificate
+from app.unlearning.domain import project_l2_ball
+from app.unlearning.noise import OS_ENTROPY, OsEntropy, secure_generator
+from app.unlearning.passive import PassiveOLU
+from app.unlearning.restart import PassiveOLURestart
+from app.unlearning.schedules import Adaptive
+from tests.olu_streams import mixed_stream, spec
+
+REL = 1e-12
+
+
+def ref_eta(e: PassiveOLU, t: int) -> float:
+    name = e.schedule_name
+    capped = e.hp.get("capped", name == "strongly_convex_capped")
+    if name == "convex_constant":
+        return float(e.hp["eta"])
+    if name == "adaptive":
+        return float(e.schedule.etas[t - 1])
+    eta = 1.0 / (e.mu * t)
+    return min(eta, 2.0 / (e.beta + e.mu)) if capped else eta
+
+
+def ref_gamma(e: PassiveOLU, r: int) -> float:
+    eta = ref_eta(e, r)
+    if e.schedule_name == "adaptive":
+        return max(1.0, abs(1.0 - eta * e.beta))
+    g = max(abs(1.0 - eta * e.mu), abs(1.0 - eta * e.beta))
+    return min(g, 1.0) if e.schedule_name == "convex_constant" else g
+
+
+def ref_sigma(e: PassiveOLU, u: int, tau: int, i: int) -> tuple[float, float]:
+    """(a_i, sigma_i) for a record learned at u, forgotten after tau, as the i-th charged deletion."""
+    log_g = math.fsum(math.log(ref_gamma(e, r)) for r in range(u + 1, tau + 1))
+    a = ref_eta(e, u) * e.L * math.exp(log_g)
+    rho = e.spec.rho
+    if e.allocation == "uniform":
+        mult = math.sqrt(e.capacity / (2.0 * rho))
+    else:
+        w = e.omega
+        mult = math.sqrt(w * i**w / (2.0 * (w - 1.0) * rho))
+    return a, mult * a
+
+
+# (label, engine class, spec kwargs, stream length, forget requests); the spec's rho is the budget
+CASES = [
+    ("capped_default", PassiveOLU, dict(schedule="strongly_convex_capped", l2=0.01, rho=1.0), 400,
+     [[350], [40, 41], [399]]),
+    ("capped_early", PassiveOLU, dict(schedule="strongly_convex_capped", l2=0.01, rho=0.0175), 300,
+     [[3], [150, 2]]),  # u < t0: the capped constant-step prefix enters Gamma
+    ("strongly_convex", PassiveOLU, dict(schedule="strongly_convex", l2=0.05, rho=0.3), 500,
+     [[30], [200, 499]]),
+    ("convex_constant_l2", PassiveOLU, dict(schedule="convex_constant", l2=0.02, eta=0.5, rho=2.0), 300,
+     [[10], [290]]),
+    ("convex_constant_mu0", PassiveOLU, dict(schedule="convex_constant", l2=0.0, eta=0.5, rho=2.0), 300,
+     [[10]]),
+    ("regularized", PassiveOLU, dict(schedule="regularized_convex", l2=0.0, horizon=500, max_deletions=4,
+                                     rho=1.0), 450, [[100], [300, 301]]),
+    ("uniform", PassiveOLU, dict(schedule="strongly_convex_capped", l2=0.01, allocation="uniform",
+                                 max_deletions=5, rho=0.6), 300, [[100, 200], [250]]),
+    ("omega_2", PassiveOLU, dict(schedule="strongly_convex_capped", l2=0.01, omega=2.0, rho=0.05), 300,
+     [[100], [120], [140]]),
+    ("adaptive", PassiveOLU, dict(schedule="adaptive", l2=0.0, rho=1.0), 300, [[5], [150, 299]]),
+    ("adaptive_uncapped", PassiveOLU, dict(schedule="adaptive", l2=0.0, capped=False, p0=1.0, radius=2.0,
+                                           rho=1.0), 300, [[250], [260]]),
+    ("restart", PassiveOLURestart, dict(schedule="regularized_convex", l2=0.0, horizon=500, max_deletions=3,
+                                        c=1e12, rho=1.0, algorithm="passive_olu_restart"), 450,
+     [[400], [420, 430]]),
+]
+
+# sigma of every Gaussian certificate of each case, as computed by af7668c (before this rework), in order
+PINNED = {
+    "capped_default": [1.054848377704895, 1.1010817834266164, 1.4268162306794971, 2.4234051924818076],
+    "capped_early": [4.06962224770351, 16.114904975460046, 7.743425845584153],
+    "strongly_convex": [0.4093338191076284, 0.620434050854403, 0.7913167894822133],
+    "convex_constant_l2": [0.08753438259052776, 2.2128001028486484],
+    "convex_constant_mu0": [1.3693063948583606],
+    "regularized": [0.1280247379220972, 0.19404921619167473, 0.24749512465809287],
+    "uniform": [1.6575343133305773, 1.6575343133305773, 1.6575343133305773],
+    "omega_2": [3.6314757329999727, 7.2629514659999455, 10.894427198999916],
+    "adaptive": [4.381780456535904, 7.369246956659653, 9.988299472700122],
+    "adaptive_uncapped": [0.5906692832687014, 0.9746328877702823],
+    "restart": [0.1320453789965412, 0.20014336847620165, 0.2552677557923232],
+}
+
+
+def run_case(cls, kw, T, requests, seed=0):
+    e = cls(spec(**kw), SeededNoise(seed))
+    X, y = mixed_stream(np.random.default_rng(seed), T)
+    e.learn(X, y)
+    certs = []
+    for req in requests:
+        certs.append(e.forget(req))
+    return e, certs
+
+
+@pytest.mark.parametrize("label,cls,kw,T,requests", CASES, ids=[c[0] for c in CASES])
+def test_sigma_matches_direct_computation(label, cls, kw, T, requests):
+    e, batches = run_case(cls, kw, T, requests)
+    i = 0
+    sigmas = []
+    for req, certs in zip(requests, batches):
+        assert [c.learned_step for c in certs] == req
+        for c in certs:
+            assert c.mechanism == "gaussian"
+            i += 1
+            a, sigma = ref_sigma(e, c.learned_step, c.forgotten_step, i)
+            assert c.sensitivity == pytest.approx(a, rel=REL)
+            assert c.sigma == pytest.approx(sigma, rel=REL)
+            assert c.rho == pytest.approx(a * a / (2.0 * sigma * sigma), rel=REL)
+            assert c.details["series_index"] == float(i)
+            sigmas.append(c.sigma)
+    assert e.n_charged == i
+    assert sigmas == pytest.approx(PINNED[label], rel=1e-14, abs=0.0)
+
+
+def test_pinned_cases_cover_every_schedule_and_allocation():
+    seen = {(kw.get("schedule"), kw.get("allocation", "omega_series"), cls) for _, cls, kw, _, _ in CASES}
+    schedules = {s for s, _, _ in seen}
+    assert schedules == {"strongly_convex_capped", "strongly_convex", "convex_constant", "regularized_convex",
+                         "adaptive"}
+    assert {a for _, a, _ in seen} == {"omega_series", "uniform"}
+
+
+# ---- the adaptive schedule: Gamma over (u, tau] without the O(tau - u) sum when no step there expands ------------
+def test_adaptive_log_gamma_shortcut_equals_sum():
+    s = Adaptive(D=4.0, beta=1.0, p0=0.5, capped=False)
+    rng = np.random.default_rng(3)
+    for g in rng.uniform(0.0, 3.0, 400):
+        s.next_eta(float(g))
+    s.append(0.1)
+    s.append(2.5)   # an expansive externally given step (eta beta > 2) late in the history
+    s.append(0.05)
+    etas = np.asarray(s.etas)
+    assert s.last_expansive == len(etas) - 1
+    n = len(etas)
+    for u, tau in [(0, n), (1, 10), (5, 200), (s.last_expansive - 1, n), (s.last_expansive, n), (n - 1, n),
+                   (300, 310), (10, 5)]:
+        direct = float(np.sum(np.log(np.maximum(1.0, np.abs(1.0 - etas[u:tau] * s.beta))))) if tau > u else 0.0
+        assert s.log_gamma_sum(u, tau) == direct  # bit for bit
+    restored = Adaptive(D=4.0, beta=1.0, p0=0.5, capped=False)
+    restored.load_state(s.state())
+    assert restored.last_expansive == s.last_expansive
+    s.reset()
+    assert s.last_expansive == 0 and s.log_gamma_sum(0, 0) == 0.0
+
+
+# ---- noise ---------------------------------------------------------------------------------------------------------
+class _Recorded(OsEntropy):
+    """OsEntropy that remembers what it handed out (test only)."""
+
+    __slots__ = ("words",)
+
+    def generate_state(self, n_words, dtype=np.uint32):
+        self.words = super().generate_state(n_words, dtype)
+        return self.words
+
+
+def test_os_entropy_seeds_pcg64_with_256_fresh_bits():
+    rec = _Recorded()
+    bg = np.random.PCG64(rec)
+    assert rec.words.dtype == np.uint64 and rec.words.shape == (4,)
+    # the same words through the documented seeding route (a SeedSequence-like source of 4 uint64 words) give the
+    # same generator: PCG64 took them as its initial state and stream, nothing else was mixed in
+    w = rec.words.copy()
+
+    class Fixed(np.random.bit_generator.ISeedSequence):
+        def generate_state(self, n_words, dtype=np.uint32):
+            assert (n_words, np.dtype(dtype)) == (4, np.dtype(np.uint64))
+            return w
+
+    assert np.random.PCG64(Fixed()).state == bg.state
+    draws = {bytes(OS_ENTROPY.generate_state(4, np.uint64)) for _ in range(50)}
+    assert len(draws) == 50  # fresh every call
+    assert OS_ENTROPY.generate_state(3, np.uint32).dtype == np.uint32
+    with pytest.raises(ValueError):
+        OS_ENTROPY.generate_state(4, np.float64)
+    assert vars(OS_ENTROPY) == {}  # stateless: nothing stored, nothing to reuse
+
+
+def test_secure_noise_is_fresh_and_standard_normal():
+    noise = SecureGaussianNoise()
+    a, b = noise.standard_normal(17), noise.standard_normal(17)
+    assert a.shape == (17,) and a.dtype == np.float64 and not np.array_equal(a, b)
+    z = np.concatenate([noise.standard_normal(17) for _ in range(3000)])  # 51 000 draws
+    assert abs(z.mean()) < 6.0 / math.sqrt(len(z))
+    assert abs(z.var() - 1.0) < 6.0 * math.sqrt(2.0 / len(z))
+    assert secure_generator().standard_normal(3).shape == (3,)
+
+
+def test_seeded_noise_unchanged():
+    """The coupled-replay source is the plain PCG64(seed) stream (its draws are compared against retraining)."""
+    assert np.array_equal(SeededNoise(7).standard_normal(5),
+                          np.random.Generator(np.random.PCG64(7)).standard_normal(5))
+
+
+# ---- helpers of the fast path --------------------------------------------------------------------------------------
+def test_projection_equals_linalg_norm_projection():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        d = int(rng.integers(1, 70))
+        v = rng.standard_normal(d) * 10.0 ** rng.uniform(-2, 2)
+        for x in (v, v[::2], v.reshape(1, -1)):
+            radius = float(rng.uniform(0.1, 10.0))
+            norm = float(np.linalg.norm(x))
+            expected = x if norm <= radius else x * (radius / norm)
+            got = project_l2_ball(x, radius)
+            assert np.array_equal(got, expected)
+    ints = np.array([3, 4])
+    assert np.array_equal(project_l2_ball(ints, 1.0), ints * (1.0 / 5.0))
+
+
+def test_certificate_construction():
+    kw = dict(learned_step=3, forgotten_step=9, deletion_index=2, mechanism="gaussian", sigma=0.5,
+              sensitivity=0.1, rho=0.02)
+    c = Certificate(**kw, details={"Gamma": 0.5})
+    assert c == Certificate(3, 9, 2, "gaussian", 0.5, 0.1, 0.02, {"Gamma": 0.5})
+    assert Certificate(**kw).details == {} and Certificate(**kw).details is not Certificate(**kw).details
+    assert dataclasses.asdict(c) == {**kw, "details": {"Gamma": 0.5}}
+    assert dataclasses.replace(c, rho=1.0).rho == 1.0 and c.rho == 0.02
+    assert [f.name for f in dataclasses.fields(Certificate)] == [*kw, "details"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.sigma = 1.0  # type: ignore[misc]
+    assert "sigma=0.5" in repr(c)
+    assert pickle.loads(pickle.dumps(c)) == c and copy.deepcopy(c) == c
+
+
+def _numpy_noise_step(theta, xi, sigma, radius):
+    return project_l2_ball(theta + sigma * xi, radius)
+
+
+@pytest.mark.skipif(not fast.available(), reason="compiled fast path unavailable")
+def test_compiled_noise_step_matches_numpy():
+    rng = np.random.default_rng(1)
+    bound = 0
+    for _ in range(3000):
+        d = int(rng.integers(1, 130))
+        theta, xi = rng.standard_normal(d) * rng.uniform(0, 3), rng.standard_normal(d)
+        sigma, radius = float(rng.uniform(0, 2)), float(rng.uniform(0.5, 20))
+        got, ref = fast.noise_step(theta, xi, sigma, radius), _numpy_noise_step(theta, xi, sigma, radius)
+        if np.linalg.norm(theta + sigma * xi) <= radius * (1 - 1e-12):
+            assert np.array_equal(got, ref)  # no projection: theta + sigma xi bit for bit (no fused multiply-add)
+        else:
+            bound += 1
+            np.testing.assert_allclose(got, ref, rtol=4e-16 * d, atol=0)
+            assert np.linalg.norm(got) <= radius * (1 + 1e-15)
+    assert bound > 100
+    # other argument types take the numpy path (no lazy compilation in a forget)
+    theta, xi = rng.standard_normal(10), rng.standard_normal(20)[::2]
+    assert np.array_equal(fast.noise_step(theta, xi, 0.5, 1.0), _numpy_noise_step(theta, xi, 0.5, 1.0))
+    ro = np.frombuffer(xi.copy().tobytes())
+    assert np.array_equal(fast.noise_step(theta, ro, 0.5, 100.0), _numpy_noise_step(theta, ro, 0.5, 100.0))
+    assert fast.noise_step(theta, xi.astype(np.float32), 0.5, 100.0).dtype == np.float64
+
+
+def test_noise_step_without_compiled_path():
+    rng = np.random.default_rng(2)
+    previous = fast.set_enabled(False)
+    try:
+        for radius in (0.5, 50.0):
+            theta, xi = rng.standard_normal(9), rng.standard_normal(9)
+            assert np.array_equal(fast.noise_step(theta, xi, 0.7, radius), _numpy_noise_step(theta, xi, 0.7, radius))
+    finally:
+        fast.set_enabled(previous)
