@@ -106,11 +106,13 @@ def run(results: Path, pg_url: str | None) -> dict:
 
 
 def schema_experiment(batches: int = 30) -> dict:
-    """What would reach the ingest target: SQLite (WAL, synchronous=FULL) insert + commit of 1000 records per
-    transaction for the current ``records`` layout and for leaner ones (raw sqlite3, no service code):
+    """SQLite (WAL, synchronous=FULL) insert + commit of 1000 records per transaction for the ``records`` layouts
+    considered for the ingest target (raw sqlite3, no service code):
 
-    - ``current``: 64-char hex commitment, three indexes (unique (model, commitment), (tenant, commitment),
-      (model, step)) as in app/db/tables.py;
+    - ``before_0006``: 64-char hex commitment, three indexes (unique (model, commitment), (tenant, commitment),
+      (model, step)), the layout up to migration 0006;
+    - ``lookup_0006``: the layout since migration 0006 (app/db/tables.py): hex commitment unindexed, one index on
+      ``lookup`` (its first 8 bytes as a signed integer) and (model, step);
     - ``blob32``: the same with 32-byte binary commitments;
     - ``blob32_two_indexes``: binary commitments without the (tenant, commitment) index;
     - ``per_batch_row``: one row per batch holding the packed commitments (duplicate checks would then need a
@@ -121,17 +123,22 @@ def schema_experiment(batches: int = 30) -> dict:
     import sqlite3
 
     layouts = {
-        "current": ("CREATE TABLE r (id INTEGER PRIMARY KEY, tenant_id TEXT, model_id TEXT, commitment TEXT, "
-                    "step INTEGER, status TEXT, learned_at TEXT, forgotten_at TEXT, receipt_id TEXT);"
-                    "CREATE UNIQUE INDEX u ON r (model_id, commitment); CREATE INDEX t ON r (tenant_id, commitment);"
-                    "CREATE INDEX s ON r (model_id, step);", True, True),
+        "before_0006": ("CREATE TABLE r (id INTEGER PRIMARY KEY, tenant_id TEXT, model_id TEXT, commitment TEXT, "
+                        "step INTEGER, status TEXT, learned_at TEXT, forgotten_at TEXT, receipt_id TEXT, "
+                        "lookup INTEGER); CREATE UNIQUE INDEX u ON r (model_id, commitment); "
+                        "CREATE INDEX t ON r (tenant_id, commitment); CREATE INDEX s ON r (model_id, step);",
+                        True, True),
+        "lookup_0006": ("CREATE TABLE r (id INTEGER PRIMARY KEY, tenant_id TEXT, model_id TEXT, commitment TEXT, "
+                        "step INTEGER, status TEXT, learned_at TEXT, forgotten_at TEXT, receipt_id TEXT, "
+                        "lookup INTEGER); CREATE INDEX l ON r (lookup); CREATE INDEX s ON r (model_id, step);",
+                        True, True),
         "blob32": ("CREATE TABLE r (id INTEGER PRIMARY KEY, tenant_id TEXT, model_id TEXT, commitment BLOB, "
-                   "step INTEGER, status TEXT, learned_at TEXT, forgotten_at TEXT, receipt_id TEXT);"
+                   "step INTEGER, status TEXT, learned_at TEXT, forgotten_at TEXT, receipt_id TEXT, lookup INTEGER);"
                    "CREATE UNIQUE INDEX u ON r (model_id, commitment); CREATE INDEX t ON r (tenant_id, commitment);"
                    "CREATE INDEX s ON r (model_id, step);", False, True),
         "blob32_two_indexes": ("CREATE TABLE r (id INTEGER PRIMARY KEY, tenant_id TEXT, model_id TEXT, "
                                "commitment BLOB, step INTEGER, status TEXT, learned_at TEXT, forgotten_at TEXT, "
-                               "receipt_id TEXT); CREATE UNIQUE INDEX u ON r (model_id, commitment);"
+                               "receipt_id TEXT, lookup INTEGER); CREATE UNIQUE INDEX u ON r (model_id, commitment);"
                                "CREATE INDEX s ON r (model_id, step);", False, True),
         "per_batch_row": ("CREATE TABLE r (id INTEGER PRIMARY KEY, model_id TEXT, first_step INTEGER, "
                           "commitments BLOB)", False, False),
@@ -149,10 +156,11 @@ def schema_experiment(batches: int = 30) -> dict:
             t0 = time.perf_counter()
             con.execute("BEGIN IMMEDIATE")
             if per_row:
-                con.executemany("INSERT INTO r (tenant_id, model_id, commitment, step, status, learned_at) "
-                                "VALUES (?, ?, ?, ?, ?, ?)",
+                con.executemany("INSERT INTO r (tenant_id, model_id, commitment, step, status, learned_at, lookup) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?)",
                                 [("ten_0123456789abcdef", "mdl_0123456789abcdef", d.hex() if hex_ids else d,
-                                  b * 1000 + i, "learned", "2026-01-01 00:00:00.000000") for i, d in enumerate(digests)])
+                                  b * 1000 + i, "learned", "2026-01-01 00:00:00.000000",
+                                  int.from_bytes(d[:8], "big", signed=True)) for i, d in enumerate(digests)])
             else:
                 con.execute("INSERT INTO r (model_id, first_step, commitments) VALUES (?, ?, ?)",
                             ("mdl_0123456789abcdef", b * 1000, b"".join(digests)))
