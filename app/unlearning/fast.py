@@ -83,31 +83,32 @@ def _py_ogd_steps(theta, X, y, clock0, cap, t_switch, mu_sched, loss_code, mu, h
     return eta
 
 
-def _py_noise_step(theta, xi, sigma, radius):
-    """Pi_K(theta + sigma xi), K the L2 ball of radius R: the deletion's noise step (passive.apply_noise, P4/P5).
+def _py_noise_step(theta, xi, sigma, radius, out):
+    """out <- Pi_K(theta + sigma xi), K the L2 ball of radius R: the deletion's noise step (passive.apply_noise, P4/P5).
 
     The same operations as ``domain.project_l2_ball(theta + sigma * xi, R)`` in one compiled call
-    (~0.5 us instead of ~2 us of numpy dispatch on a (d + 1)-vector).  v is bit-identical; the norm is summed in
-    index order where numpy's dot may use another order, so when the projection binds theta can differ from the
-    numpy path in the last bit (tests/test_forget_path.py).  sigma, the certificate and the noise are unaffected.
+    (~0.5 us instead of ~2 us of numpy dispatch on a (d + 1)-vector; writing into a given array avoids boxing a
+    new one).  theta + sigma xi is bit-identical; the norm is summed in index order where numpy's dot may use
+    another order, so when the projection binds theta can differ from the numpy path in the last bit
+    (tests/test_forget_path.py).  sigma, the certificate and the noise are unaffected.
     """
     n = theta.shape[0]
-    v = np.empty(n)
+    if xi.shape[0] != n or out.shape[0] != n:
+        raise ValueError("theta, xi and out must have the same length")
     sq = 0.0
     for j in range(n):
         w = theta[j] + sigma * xi[j]
-        v[j] = w
+        out[j] = w
         sq += w * w
     norm = math.sqrt(sq)
     if norm > radius:
         f = radius / norm
         for j in range(n):
-            v[j] = v[j] * f
-    return v
+            out[j] = out[j] * f
 
 
 _noise_kernel = None
-_NOISE_SIGNATURE = "float64[::1](float64[::1], float64[::1], float64, float64)"
+_NOISE_SIGNATURE = "void(float64[::1], float64[::1], float64, float64, float64[::1])"
 
 
 def _compile():
@@ -196,8 +197,10 @@ def noise_step(theta: np.ndarray, xi: np.ndarray, sigma: float, radius: float) -
         if kernel is None:
             _compile_locked()
             kernel = _noise_kernel
+        out = np.empty(theta.shape[0])
         try:
-            return kernel(theta, xi, sigma, radius)
+            kernel(theta, xi, sigma, radius, out)
+            return out
         except TypeError:  # not two contiguous float64 vectors and two floats: the general path below
             pass
     return project_l2_ball(theta + sigma * xi, radius)
