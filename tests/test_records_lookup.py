@@ -78,3 +78,18 @@ def test_same_record_id_in_two_models_of_a_tenant(ctx):
     with pytest.raises(Problem) as e:
         ctx.models.unlearn(t, m2, ["new"])  # the refused batch learned nothing
     assert e.value.status == 404
+
+
+def test_batches_larger_than_one_in_chunk(ctx):
+    """Learn and unlearn batches beyond the 500-key chunk (SQLite) / one array parameter (PostgreSQL)."""
+    t = ctx.tenants.create_tenant("t")["id"]
+    m = ctx.models.create(t, SPEC)["id"]
+    ids = [f"big-{i}" for i in range(1100)]
+    ctx.models.learn(t, m, ids, [[0.0005 * i, 0.1] for i in range(1100)], [float(i % 2) for i in range(1100)])
+    with pytest.raises(Problem) as e:  # the clash sits in the third chunk
+        ctx.models.learn(t, m, ["fresh-1", "big-1050"], [[0.0, 0.0], [0.1, 0.0]], [1.0, 0.0])
+    assert e.value.status == 409 and "big-1050" in e.value.detail
+    out = ctx.models.unlearn(t, m, ids[::2][:520])
+    assert len(out["receipts"]) == 520
+    statuses = {rid: ctx.models.record_status(t, rid)["models"][0]["status"] for rid in (ids[0], ids[1], ids[1038])}
+    assert statuses == {ids[0]: "forgotten", ids[1]: "learned", ids[1038]: "forgotten"}

@@ -12,7 +12,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import BigInteger, any_, bindparam, delete, insert, select, update
+from sqlalchemy.dialects.postgresql import ARRAY as PG_ARRAY
 
 from ..db.session import Database
 from ..db.tables import LedgerEntry, Model, ModelState, Receipt, Record, Tenant
@@ -51,8 +52,10 @@ class _Rec:
 
 _RECORDS = Record.__table__
 # statements of the hot paths, built once (building one costs about as much as running it on SQLite)
-_SELECT_RECORDS = select(*[_RECORDS.c[f.name] for f in fields(_Rec)]).where(
-    _RECORDS.c.lookup.in_(bindparam("keys", expanding=True)))
+_REC_COLUMNS = [_RECORDS.c[f.name] for f in fields(_Rec)]
+_SELECT_RECORDS = select(*_REC_COLUMNS).where(_RECORDS.c.lookup.in_(bindparam("keys", expanding=True)))
+# PostgreSQL: one array parameter (see _first_clash)
+_SELECT_RECORDS_ANY = select(*_REC_COLUMNS).where(_RECORDS.c.lookup == any_(bindparam("keys", type_=PG_ARRAY(BigInteger))))
 _FORGET_RECORDS = update(_RECORDS).where(_RECORDS.c.id == bindparam("rid")).values(
     status="forgotten", forgotten_at=bindparam("at"), receipt_id=bindparam("rcp"), example_mac=None)
 _RECORD_KEY = select(Tenant.__table__.c.record_key).where(Tenant.__table__.c.id == bindparam("tid"))
@@ -68,8 +71,12 @@ def _existing(s, model_id: str, commits: Sequence[str]) -> dict[str, _Rec]:
     wanted = set(commits)
     found: dict[str, _Rec] = {}
     conn = s.connection()
-    for part in _chunks(commits):
-        for r in conn.execute(_SELECT_RECORDS, {"keys": sorted({lookup_key(c) for c in part})}):
+    if s.bind.dialect.name == "postgresql":
+        queries = [(_SELECT_RECORDS_ANY, commits)]
+    else:
+        queries = [(_SELECT_RECORDS, part) for part in _chunks(commits)]
+    for query, part in queries:
+        for r in conn.execute(query, {"keys": sorted({lookup_key(c) for c in part})}):
             rec = _Rec(*r)
             if rec.model_id == model_id and rec.commitment in wanted:
                 found[rec.commitment] = rec
