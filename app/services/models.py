@@ -54,7 +54,7 @@ _RECORDS = Record.__table__
 # statements of the hot paths, built once (building one costs about as much as running it on SQLite)
 _REC_COLUMNS = [_RECORDS.c[f.name] for f in fields(_Rec)]
 _SELECT_RECORDS = select(*_REC_COLUMNS).where(_RECORDS.c.lookup.in_(bindparam("keys", expanding=True)))
-# PostgreSQL: one array parameter (see _first_clash)
+# PostgreSQL: one array parameter (see _existing)
 _SELECT_RECORDS_ANY = select(*_REC_COLUMNS).where(_RECORDS.c.lookup == any_(bindparam("keys", type_=PG_ARRAY(BigInteger))))
 _FORGET_RECORDS = update(_RECORDS).where(_RECORDS.c.id == bindparam("rid")).values(
     status="forgotten", forgotten_at=bindparam("at"), receipt_id=bindparam("rcp"), example_mac=None)
@@ -63,41 +63,26 @@ _STORE_STATE = update(ModelState.__table__).where(ModelState.__table__.c.model_i
     version=bindparam("version"), blob=bindparam("blob"))
 
 
-def _existing(s, model_id: str, commits: Sequence[str]) -> dict[str, _Rec]:
-    """The records of ``model_id`` among ``commits``, by commitment: the lookup index finds the candidates, the
-    full commitment and the model decide (distinct commitments may share their first 8 bytes; the same record id
-    in the tenant's other models has the same commitment).  The model is checked here, not in SQL: given
-    ``model_id = ?`` SQLite's planner prefers (model_id, step) and scans the whole model."""
+def _existing(s, model_id: str, commits: Sequence[str], lookups: Sequence[int]) -> dict[str, _Rec]:
+    """The records of ``model_id`` among ``commits`` (with their ``lookups``), by commitment: the lookup index finds
+    the candidates, the full commitment and the model decide (distinct commitments may share their first 8 bytes;
+    the same record id in the tenant's other models has the same commitment).  The model is checked here, not in
+    SQL: given ``model_id = ?`` SQLite's planner prefers (model_id, step) and scans the whole model.  PostgreSQL
+    gets one array parameter: psycopg re-parses SQL text longer than its cache limit on every call (13 ms for a
+    500-placeholder statement), so the statement must not grow with the batch."""
     wanted = set(commits)
     found: dict[str, _Rec] = {}
     conn = s.connection()
     if s.bind.dialect.name == "postgresql":
-        queries = [(_SELECT_RECORDS_ANY, commits)]
+        queries = [(_SELECT_RECORDS_ANY, lookups)]
     else:
-        queries = [(_SELECT_RECORDS, part) for part in _chunks(commits)]
+        queries = [(_SELECT_RECORDS, part) for part in _chunks(lookups)]
     for query, part in queries:
-        for r in conn.execute(query, {"keys": sorted({lookup_key(c) for c in part})}):
+        for r in conn.execute(query, {"keys": sorted(set(part))}):
             rec = _Rec(*r)
             if rec.model_id == model_id and rec.commitment in wanted:
                 found[rec.commitment] = rec
     return found
-
-
-def _first_clash(s, model_id: str, commits: Sequence[str], lookups: Sequence[int]) -> str | None:
-    """The first commitment (in batch order) the model already holds, if any (driver-level: the learn hot path)."""
-    conn = s.connection()
-    held: set[str] = set()
-    if s.bind.dialect.name == "postgresql":
-        # one array parameter: psycopg re-parses SQL text longer than its cache limit on every call (13 ms for a
-        # 500-placeholder statement), so the statement must not grow with the batch
-        sql = f"SELECT commitment, model_id FROM {Record.__tablename__} WHERE lookup = ANY(%s)"
-        held.update(c for c, m in conn.exec_driver_sql(sql, (list(set(lookups)),)) if m == model_id)
-    else:
-        for part in _chunks(lookups):
-            keys = tuple(set(part))
-            sql = f"SELECT commitment, model_id FROM {Record.__tablename__} WHERE lookup IN ({', '.join('?' * len(keys))})"
-            held.update(c for c, m in conn.exec_driver_sql(sql, keys) if m == model_id)  # model: see _existing
-    return next((c for c in commits if c in held), None)
 
 
 def _insert_records(s, tenant_id: str, model_id: str, commits: Sequence[str], lookups: Sequence[int], steps, now,
@@ -283,10 +268,10 @@ class ModelService:
             key = self._record_key(s, tenant_id)
             commits = commitments(key, ids)
             lookups = [lookup_key(c) for c in commits]
-            clash = _first_clash(s, model_id, commits, lookups)
+            held = _existing(s, model_id, commits, lookups)  # checked under the model's lock
+            clash = next((i for i, c in enumerate(commits) if c in held), None)
             if clash is not None:
-                rid = ids[commits.index(clash)]
-                raise Problem(409, "duplicate-record", f"Record id {rid!r} was already used in this model.")
+                raise Problem(409, "duplicate-record", f"Record id {ids[clash]!r} was already used in this model.")
             engine = self._checkout(s, row)
             store = SqlRetained(s, model_id, spec.dim) if engine.needs_retained_data else None
             steps = engine.learn(X, y, store)  # on any refusal below the engine is dropped, not checked in
@@ -320,7 +305,7 @@ class ModelService:
                 raise Problem(409, "retrain-required", "The model can certify no further deletion; retrain it.")
             key = self._record_key(s, tenant_id)
             commits = [commitment(key, i) for i in ids]
-            found = _existing(s, model_id, commits)
+            found = _existing(s, model_id, commits, [lookup_key(c) for c in commits])
             for rid, c in zip(ids, commits):
                 rec = found.get(c)
                 if rec is None:
