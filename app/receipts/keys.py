@@ -261,6 +261,16 @@ class PublicKeyEntry:
             return False
         return True
 
+    def verify(self, message: bytes, signature_b64: str, at: str | None = None) -> bool:
+        """The signature is this key's and (with ``at``) was made inside its validity window; a malformed
+        ``at`` is a failure, not an error."""
+        try:
+            if not self.valid_at(at):
+                return False
+        except (ValueError, TypeError):
+            return False
+        return _verify_raw(self.public_key_raw, message, signature_b64)
+
 
 def verify_with_public_keys(public_keys: Iterable[Mapping[str, Any] | PublicKeyEntry], key_id: str,
                             message: bytes, signature_b64: str, at: str | None = None) -> bool:
@@ -275,12 +285,7 @@ def verify_with_public_keys(public_keys: Iterable[Mapping[str, Any] | PublicKeyE
         except (KeyLoadError, AttributeError, TypeError):
             continue
         if entry.key_id == key_id:
-            try:
-                if not entry.valid_at(at):
-                    return False
-            except (ValueError, TypeError):
-                return False
-            return _verify_raw(entry.public_key_raw, message, signature_b64)
+            return entry.verify(message, signature_b64, at)
     return False
 
 
@@ -327,14 +332,7 @@ class KeyRing:
 
     def verify(self, key_id: str, message: bytes, signature_b64: str, at: str | None = None) -> bool:
         entry = self._entries.get(key_id)
-        if entry is None:
-            return False
-        try:
-            if not entry.valid_at(at):
-                return False
-        except (ValueError, TypeError):
-            return False
-        return _verify_raw(entry.public_key_raw, message, signature_b64)
+        return entry is not None and entry.verify(message, signature_b64, at)
 
     def public_keys(self) -> list[dict[str, Any]]:
         """Entries for ``GET /v1/keys``: active first, then retired by key id."""
