@@ -55,6 +55,17 @@ def run_load(urls: list[str], key: str, model_ids: list[str], contested: dict[st
     def worker(w: int) -> None:
         rng = random.Random(w)
         mine: dict[str, list[str]] = {m: [] for m in model_ids}
+
+        def learn(c: httpx.Client, mid: str, batch: list[str], examples: list[dict]) -> int:
+            r = _post(c, f"/v1/models/{mid}/learn", {"examples": examples})
+            with lock:
+                log["statuses"].append(r.status_code)
+                if r.status_code == 200:
+                    log["learn"][mid].append((batch, r.json()))
+            if r.status_code == 200:
+                mine[mid].extend(batch)
+            return r.status_code
+
         with httpx.Client(base_url=urls[w % len(urls)], headers={"authorization": f"Bearer {key}"},
                           timeout=120) as c:
             barrier.wait()
@@ -64,24 +75,9 @@ def run_load(urls: list[str], key: str, model_ids: list[str], contested: dict[st
                 # contested learn: every worker tries the same new id at the same iteration
                 if it % 3 == 0:
                     ids.append(f"contest-{mid}-{it}")
-                body = {"examples": [{"id": rid, "x": _x(w + it + k), "y": float(k % 2)} for k, rid in enumerate(ids)]}
-                r = _post(c, f"/v1/models/{mid}/learn", body)
-                with lock:
-                    log["statuses"].append(r.status_code)
-                    if r.status_code == 200:
-                        log["learn"][mid].append((ids, r.json()))
-                if r.status_code == 200:
-                    mine[mid].extend(ids)
-                elif r.status_code == 409:  # someone else won the contested id: learn the rest
-                    ids = ids[:2]
-                    body["examples"] = body["examples"][:2]
-                    r = _post(c, f"/v1/models/{mid}/learn", body)
-                    with lock:
-                        log["statuses"].append(r.status_code)
-                        if r.status_code == 200:
-                            log["learn"][mid].append((ids, r.json()))
-                    if r.status_code == 200:
-                        mine[mid].extend(ids)
+                examples = [{"id": rid, "x": _x(w + it + k), "y": float(k % 2)} for k, rid in enumerate(ids)]
+                if learn(c, mid, ids, examples) == 409:  # someone else won the contested id: learn the rest
+                    learn(c, mid, ids[:2], examples[:2])
                 # unlearn one of my own records, and race everyone for a shared one
                 targets = []
                 if mine[mid] and rng.random() < 0.6:
