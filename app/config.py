@@ -30,6 +30,10 @@ class Settings(BaseSettings):
     rate_limit: float | None = Field(
         1000.0, description="Requests per second per API key (in-process token bucket: per replica); empty or 0: off.")
     rate_limit_burst: float | None = Field(None, description="Bucket size; default: the rate (one second's worth).")
+    record_index_max_entries: int = Field(
+        4_000_000, ge=0, description="Learned records whose commitment lookups this process keeps in memory (16 bytes "
+                                     "each), over all models; beyond it the least recently used models' indexes are "
+                                     "dropped and rebuilt from the database when next used.")
     auth_cache_seconds: float = Field(
         1.0, ge=0, le=60, description="Seconds a successful API key check is reused in this process; a key revoked "
                                       "through another replica or the CLI is still accepted here for at most this "

@@ -1,4 +1,6 @@
-"""Records are indexed by the first 8 bytes of their commitment only; the full commitment and the model decide."""
+"""Learned records are packed per learn request (record_batches) and found through a per-process index of the first
+8 bytes of their commitments; forgotten records have a row in ``records``, indexed by the same 8 bytes.  The full
+commitment and the model decide."""
 from __future__ import annotations
 
 import secrets
@@ -7,10 +9,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+import numpy as np
 from sqlalchemy import select, update
 
 from app.config import Settings
-from app.db.tables import Record
+from app.db.record_batches import SLOT_BITS, RecordIndex, lookups_of
+from app.db.tables import Record, RecordBatch
 from app.errors import Problem
 from app.main import create_app
 from app.services.tenants import commitment, lookup_key
@@ -22,6 +26,31 @@ SPEC = {"name": "m", "algorithm": "passive_olu", "loss": "logistic", "dim": 2, "
 @given(st.binary(min_size=32, max_size=32))
 def test_lookup_key_is_the_signed_big_endian_prefix(digest):
     assert lookup_key(digest.hex()) == int.from_bytes(digest[:8], "big", signed=True)
+
+
+@given(st.lists(st.binary(min_size=32, max_size=32), min_size=1, max_size=20))
+def test_lookups_of_digests_match_lookup_key(digests):
+    assert lookups_of(digests).tolist() == [lookup_key(d.hex()) for d in digests]
+
+
+@given(st.lists(st.lists(st.integers(-4, 4), min_size=1, max_size=40), min_size=1, max_size=30),
+       st.lists(st.integers(-5, 5), min_size=1, max_size=10))
+def test_index_finds_exactly_the_equal_lookups(batches, queries):
+    """Against a brute-force scan, through every merge of runs; values drawn from a tiny range so that most
+    lookups collide."""
+    idx = RecordIndex()
+    held = []
+    for b, values in enumerate(batches, start=1):
+        idx.add(b * 3, np.array(values, dtype=np.int64))  # ids increase with gaps, as a sequence gives them
+        held += [(v, (b * 3) << SLOT_BITS | slot) for slot, v in enumerate(values)]
+        idx.add(b * 3, np.array([99], dtype=np.int64))  # a batch seen again is ignored
+    assert idx.size == len(held)
+    assert len(idx.runs) <= 2 + int(np.log2(len(held)))  # runs of similar size were merged
+    for keys, _ in idx.runs:
+        assert np.all(np.diff(keys) >= 0)
+    q = np.array(queries, dtype=np.int64)
+    expect = sorted((qi, p) for qi, v in enumerate(queries) for w, p in held if w == v)
+    assert sorted(idx.candidates(q)) == expect
 
 
 @pytest.fixture()
@@ -36,8 +65,14 @@ def _force_lookup(ctx, model_id: str, held_id: str, like_id: str, tenant_id: str
     """Give the stored record ``held_id`` the lookup value of ``like_id``: a prefix collision, made on purpose."""
     with ctx.db.write() as s:
         key = ctx.models._record_key(s, tenant_id)
-        s.execute(update(Record).where(Record.model_id == model_id, Record.commitment == commitment(key, held_id))
-                  .values(lookup=lookup_key(commitment(key, like_id))))
+        held, like = commitment(key, held_id), commitment(key, like_id)
+        for bid, digests, lookups in s.execute(select(RecordBatch.id, RecordBatch.commitments, RecordBatch.lookups)
+                                               .where(RecordBatch.model_id == model_id)).all():
+            for slot in range(len(digests) // 32):
+                if digests[32 * slot:32 * slot + 32].hex() == held:
+                    lookups = lookups[:8 * slot] + bytes.fromhex(like[:16]) + lookups[8 * slot + 8:]
+                    s.execute(update(RecordBatch).where(RecordBatch.id == bid).values(lookups=lookups))
+    ctx.models.records.evict(model_id)  # the index is rebuilt from the forged rows
 
 
 def test_prefix_collisions_neither_clash_nor_mix_up_records(ctx):
@@ -51,11 +86,11 @@ def test_prefix_collisions_neither_clash_nor_mix_up_records(ctx):
         key = ctx.models._record_key(s, t)
     assert out["receipts"][0]["record_commitment"] == commitment(key, "b")
     assert ctx.models.record_status(t, "b")["models"][0]["status"] == "forgotten"
-    with ctx.db.read() as s:  # "a" shares b's lookup value (forced above) and was left alone
+    with ctx.db.read() as s:
         rows = s.execute(select(Record.commitment, Record.status).where(Record.model_id == m)).all()
-    assert sorted(rows) == sorted([(commitment(key, "a"), "learned"), (commitment(key, "b"), "forgotten")])
+    assert rows == [(commitment(key, "b"), "forgotten")]  # a, which shares b's lookup, was left alone
     with pytest.raises(Problem) as e:
-        ctx.models.learn(t, m, ["b"], [[0.0, 0.0]], [1.0])  # b is found among the colliding rows
+        ctx.models.learn(t, m, ["b"], [[0.0, 0.0]], [1.0])  # b is found among the colliding entries
     assert e.value.status == 409
 
 
@@ -93,3 +128,36 @@ def test_batches_larger_than_one_in_chunk(ctx):
     assert len(out["receipts"]) == 520
     statuses = {rid: ctx.models.record_status(t, rid)["models"][0]["status"] for rid in (ids[0], ids[1], ids[1038])}
     assert statuses == {ids[0]: "forgotten", ids[1]: "learned", ids[1038]: "forgotten"}
+
+
+def test_another_process_sees_every_batch(backend):
+    """Two service instances on one database (two workers or replicas): each one's index catches up on the
+    batches the other wrote, for the duplicate check, unlearn and the audit; a full eviction changes nothing."""
+    _, url, data_dir = backend
+    apps = [create_app(Settings(data_dir=Path(data_dir), log_level="WARNING", database_url=url,
+                                record_index_max_entries=n)) for n in (10**6, 1)]
+    one, two = (a.state.ctx for a in apps)
+    try:
+        t = one.tenants.create_tenant("t")["id"]
+        m, m2 = one.models.create(t, SPEC)["id"], one.models.create(t, SPEC)["id"]
+        for k in range(4):  # alternate writers; the second keeps at most one model's index (evicts the other)
+            svc = (one, two)[k % 2].models
+            svc.learn(t, m, [f"r{k}-{i}" for i in range(30)], [[0.01 * i, 0.0] for i in range(30)],
+                      [float(i % 2) for i in range(30)])
+            svc.learn(t, m2, [f"s{k}"], [[0.0, 0.1]], [1.0])
+        for svc in (one.models, two.models):
+            for k in range(4):
+                with pytest.raises(Problem) as e:
+                    svc.learn(t, m, ["new", f"r{k}-7"], [[0.0, 0.0], [0.1, 0.0]], [1.0, 0.0])
+                assert e.value.status == 409 and f"r{k}-7" in e.value.detail
+        two.models.unlearn(t, m, ["r0-3"])
+        with pytest.raises(Problem) as e:
+            one.models.unlearn(t, m, ["r0-3"])
+        assert e.value.slug == "record-already-forgotten"
+        assert one.models.unlearn(t, m, ["r3-29"])["receipts"][0]["learned_step"] == 120
+        assert [x["status"] for x in two.models.record_status(t, "r3-29")["models"]] == ["forgotten"]
+        assert two.models.record_status(t, "s2")["models"] == [
+            {"model_id": m2, "status": "learned", "step": 3, "receipt_id": None}]
+    finally:
+        for a in apps:
+            a.state.ctx.db.dispose()

@@ -75,7 +75,31 @@ class ModelState(Base):
     blob: Mapped[bytes] = mapped_column(LargeBinary)
 
 
+class RecordBatch(Base):
+    """The records one learn request added, packed into one row: index ``i`` of each blob is the batch's i-th
+    example.  Writing a batch is one row insert; a per-record row with a commitment index dirtied about one index
+    page per record (docs/performance.md §2).  Commitments are found through a per-process in-memory index of the
+    ``lookups`` (app/db/record_batches.py) that catches up on the batches of a model by ``id`` order."""
+
+    __tablename__ = "record_batches"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(40))
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id"))
+    n: Mapped[int] = mapped_column(Integer)
+    # n x 32 bytes: HMAC-SHA256(tenant record key, record id), the only form in which record ids are stored
+    commitments: Mapped[bytes] = mapped_column(LargeBinary)
+    lookups: Mapped[bytes] = mapped_column(LargeBinary)  # n x 8 bytes: each commitment's first 8 bytes (what is indexed)
+    steps: Mapped[bytes] = mapped_column(LargeBinary)  # n x int64 little-endian: the step that learned each record
+    # n x 32 bytes, HMAC of each example's bytes, kept only for families whose clients send features to unlearn;
+    # a forgotten record's 32 bytes are overwritten with zeros
+    example_macs: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    learned_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    __table_args__ = (Index("ix_record_batches_model_id", "model_id", "id"),)
+
+
 class Record(Base):
+    """A forgotten record (learned records live only in ``record_batches``): when and by which receipt."""
+
     __tablename__ = "records"
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     tenant_id: Mapped[str] = mapped_column(String(40))
@@ -84,17 +108,13 @@ class Record(Base):
     # the commitment's first 8 bytes as a signed 64-bit integer: the only index on commitments (see lookup_key)
     lookup: Mapped[int] = mapped_column(BigInteger)
     step: Mapped[int] = mapped_column(BigInteger)
-    status: Mapped[str] = mapped_column(String(12))  # learned | forgotten
+    status: Mapped[str] = mapped_column(String(12))  # always forgotten (0007 moved learned records to record_batches)
     learned_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     forgotten_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     receipt_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
-    # HMAC of the example's bytes, kept only for families whose clients send features to unlearn; erased on forget
-    example_mac: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    example_mac: Mapped[str | None] = mapped_column(String(64), nullable=True)  # unused since 0007 (always NULL)
     __table_args__ = (
-        # A B-tree keyed by random values dirties about one page per inserted row once it outgrows a batch; the
-        # two 64-character indexes this replaces made a 1000-example learn ~10x slower at 10^5 records. One
-        # narrow integer index answers every lookup (model, tenant, duplicate check); rows are matched on the
-        # full commitment after it. Uniqueness per model is checked under the model's write lock.
+        # one narrow integer index answers every lookup (model, tenant); rows are matched on the full commitment
         Index("ix_records_lookup", "lookup"),
         Index("ix_records_model_step", "model_id", "step"),
     )

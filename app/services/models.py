@@ -16,7 +16,8 @@ from sqlalchemy import BigInteger, any_, bindparam, delete, insert, select, upda
 from sqlalchemy.dialects.postgresql import ARRAY as PG_ARRAY
 
 from ..db.session import Database
-from ..db.tables import LedgerEntry, Model, ModelState, Receipt, Record, Tenant
+from ..db.record_batches import Found, RecordBook, lookups_of
+from ..db.tables import LedgerEntry, Model, ModelState, Receipt, Record, RecordBatch, Tenant
 from ..errors import Problem
 from ..ids import new_id, utcnow
 from ..registry import (ModelRegistry, build_spec, loss_for, published_array, published_bytes, spec_from_json,
@@ -27,7 +28,7 @@ from ..db.retained import SqlRetained
 from . import book
 from .ledger import ledger_summary, ledger_view
 from .receipts import ReceiptIssuer, guarantee_of, is_restart
-from .tenants import commitment, commitments, example_mac, lookup_key, open_record_key
+from .tenants import commitment, commitment_digests, example_mac, lookup_key, open_record_key
 
 IN_CHUNK = 500  # bound on bound parameters per IN (...) query
 _KEEP = object()
@@ -40,76 +41,46 @@ def _chunks(seq: Sequence, n: int = IN_CHUNK) -> Iterable[Sequence]:
 
 @dataclass
 class _Rec:
-    """A stored record, read with one Core query (the unlearn hot path needs no ORM identity map)."""
-    id: int
-    model_id: str
+    """A record being forgotten: where it was learned and, once forgotten, its receipt."""
     commitment: str
     step: int
-    status: str
-    receipt_id: str | None
     example_mac: str | None
+    learned_at: Any
+    found: Found
 
 
 _RECORDS = Record.__table__
 # statements of the hot paths, built once (building one costs about as much as running it on SQLite)
-_REC_COLUMNS = [_RECORDS.c[f.name] for f in fields(_Rec)]
-_SELECT_RECORDS = select(*_REC_COLUMNS).where(_RECORDS.c.lookup.in_(bindparam("keys", expanding=True)))
-# PostgreSQL: one array parameter (see _existing)
-_SELECT_RECORDS_ANY = select(*_REC_COLUMNS).where(_RECORDS.c.lookup == any_(bindparam("keys", type_=PG_ARRAY(BigInteger))))
-_FORGET_RECORDS = update(_RECORDS).where(_RECORDS.c.id == bindparam("rid")).values(
-    status="forgotten", forgotten_at=bindparam("at"), receipt_id=bindparam("rcp"), example_mac=None)
+_FORGOTTEN_COLUMNS = (_RECORDS.c.model_id, _RECORDS.c.commitment, _RECORDS.c.receipt_id)
+_SELECT_FORGOTTEN = select(*_FORGOTTEN_COLUMNS).where(_RECORDS.c.lookup.in_(bindparam("keys", expanding=True)))
+# PostgreSQL: one array parameter (see _forgotten)
+_SELECT_FORGOTTEN_ANY = select(*_FORGOTTEN_COLUMNS).where(
+    _RECORDS.c.lookup == any_(bindparam("keys", type_=PG_ARRAY(BigInteger))))
+_INSERT_FORGOTTEN = insert(_RECORDS)
 _RECORD_KEY = select(Tenant.__table__.c.record_key).where(Tenant.__table__.c.id == bindparam("tid"))
 _STORE_STATE = update(ModelState.__table__).where(ModelState.__table__.c.model_id == bindparam("mid")).values(
     version=bindparam("version"), blob=bindparam("blob"))
 
 
-def _existing(s, model_id: str, commits: Sequence[str], lookups: Sequence[int]) -> dict[str, _Rec]:
-    """The records of ``model_id`` among ``commits`` (with their ``lookups``), by commitment: the lookup index finds
-    the candidates, the full commitment and the model decide (distinct commitments may share their first 8 bytes;
-    the same record id in the tenant's other models has the same commitment).  The model is checked here, not in
-    SQL: given ``model_id = ?`` SQLite's planner prefers (model_id, step) and scans the whole model.  PostgreSQL
-    gets one array parameter: psycopg re-parses SQL text longer than its cache limit on every call (13 ms for a
-    500-placeholder statement), so the statement must not grow with the batch."""
+def _forgotten(s, model_id: str, commits: Sequence[str], lookups: Sequence[int]) -> dict[str, str | None]:
+    """The forgotten records of ``model_id`` among ``commits`` (with their ``lookups``): commitment -> receipt id.
+    The lookup index finds the candidates, the full commitment and the model decide (distinct commitments may
+    share their first 8 bytes; the same record id in the tenant's other models has the same commitment).  The
+    model is checked here, not in SQL: given ``model_id = ?`` SQLite's planner prefers (model_id, step) and scans
+    the whole model.  PostgreSQL gets one array parameter: psycopg re-parses SQL text longer than its cache limit
+    on every call (13 ms for a 500-placeholder statement), so the statement must not grow with the batch."""
     wanted = set(commits)
-    found: dict[str, _Rec] = {}
+    found: dict[str, str | None] = {}
     conn = s.connection()
     if s.bind.dialect.name == "postgresql":
-        queries = [(_SELECT_RECORDS_ANY, lookups)]
+        queries = [(_SELECT_FORGOTTEN_ANY, lookups)]
     else:
-        queries = [(_SELECT_RECORDS, part) for part in _chunks(lookups)]
+        queries = [(_SELECT_FORGOTTEN, part) for part in _chunks(lookups)]
     for query, part in queries:
-        for r in conn.execute(query, {"keys": sorted(set(part))}):
-            rec = _Rec(*r)
-            if rec.model_id == model_id and rec.commitment in wanted:
-                found[rec.commitment] = rec
+        for mid, c, receipt_id in conn.execute(query, {"keys": sorted(set(part))}):
+            if mid == model_id and c in wanted:
+                found[c] = receipt_id
     return found
-
-
-def _insert_records(s, tenant_id: str, model_id: str, commits: Sequence[str], lookups: Sequence[int], steps, now,
-                    macs: Sequence[str | None]) -> None:
-    """Insert the learned records at driver level (no per-row ORM parameter processing; ``learned_at`` goes
-    through the column type's own bind processor, so the stored value is what the ORM would write).  SQLite:
-    500 rows per multi-row INSERT; PostgreSQL: one INSERT ... SELECT FROM unnest(arrays), whose text does not
-    grow with the batch.  The caller has checked for clashes under the model's lock."""
-    col = Record.__table__.c.learned_at
-    dialect = s.bind.dialect
-    proc = col.type.dialect_impl(dialect).bind_processor(dialect)
-    at = proc(now) if proc is not None else now
-    conn = s.connection()
-    cols = "tenant_id, model_id, commitment, lookup, step, status, learned_at, example_mac"
-    if dialect.name == "postgresql":
-        conn.exec_driver_sql(
-            f"INSERT INTO {Record.__tablename__} ({cols}) SELECT %s, %s, c, k, t, 'learned', %s, m "
-            f"FROM unnest(%s::varchar[], %s::bigint[], %s::bigint[], %s::varchar[]) AS u(c, k, t, m)",
-            (tenant_id, model_id, at, list(commits), list(lookups), [int(t) for t in steps], list(macs)))
-        return
-    row_sql = "(?, ?, ?, ?, ?, 'learned', ?, ?)"
-    for part_c, part_l, part_t, part_m in zip(_chunks(commits), _chunks(lookups), _chunks(steps), _chunks(macs)):
-        params: list = []
-        for c, k, t, m in zip(part_c, part_l, part_t, part_m):
-            params += (tenant_id, model_id, c, k, int(t), at, m)
-        conn.exec_driver_sql(f"INSERT INTO {Record.__tablename__} ({cols}) VALUES {', '.join([row_sql] * len(part_c))}",
-                             tuple(params))
 
 
 _MODELS = Model.__table__
@@ -152,6 +123,8 @@ class ModelService:
         # (model id, version) -> (dim, published theta, loss, inference-gate message): public data only
         self._published: dict[tuple[str, int], tuple] = {}
         self.metrics = metrics
+        # per model, the in-memory index of its learned records' commitments (app/db/record_batches.py)
+        self.records = RecordBook(settings.record_index_max_entries, is_postgresql=not db.is_sqlite)
 
     # ---- reading helpers ------------------------------------------------------------------------------
     def _row(self, s, tenant_id: str, model_id: str, *, lock: bool = False, include_deleted: bool = False) -> Model:
@@ -242,10 +215,12 @@ class ModelService:
             row = self._row(s, tenant_id, model_id, lock=True)
             s.execute(delete(ModelState).where(ModelState.model_id == model_id))
             s.execute(delete(Record).where(Record.model_id == model_id))
+            s.execute(delete(RecordBatch).where(RecordBatch.model_id == model_id))
             SqlRetained(s, model_id, 0).erase_all()
             row.status, row.published, row.deleted_at, row.updated_at = "deleted", None, utcnow(), utcnow()
             row.version += 1
         self.registry.evict(model_id)
+        self.records.evict(model_id)
 
     # ---- learn --------------------------------------------------------------------------------------------
     def learn(self, tenant_id: str, model_id: str, ids: list[str], X: Any, y: Any, guard=None) -> dict[str, Any]:
@@ -266,19 +241,17 @@ class ModelService:
             except InputError as e:
                 raise Problem(422, e.code, str(e), index=e.index) from None
             key = self._record_key(s, tenant_id)
-            commits = commitments(key, ids)
-            lookups = [lookup_key(c) for c in commits]
-            held = _existing(s, model_id, commits, lookups)  # checked under the model's lock
-            clash = next((i for i, c in enumerate(commits) if c in held), None)
-            if clash is not None:
-                raise Problem(409, "duplicate-record", f"Record id {ids[clash]!r} was already used in this model.")
+            digests = commitment_digests(key, ids)
+            held, token = self.records.find(s.connection(), model_id, digests)  # checked under the model's lock
+            if held:
+                raise Problem(409, "duplicate-record", f"Record id {ids[min(held)]!r} was already used in this model.")
             engine = self._checkout(s, row)
             store = SqlRetained(s, model_id, spec.dim) if engine.needs_retained_data else None
             steps = engine.learn(X, y, store)  # on any refusal below the engine is dropped, not checked in
             now = utcnow()
-            macs = ([example_mac(key, xi, yi) for xi, yi in zip(X, y)]
-                    if engine.needs_deletion_features and not engine.needs_retained_data else [None] * len(ids))
-            _insert_records(s, tenant_id, model_id, commits, lookups, steps, now, macs)
+            macs = ([bytes.fromhex(example_mac(key, xi, yi)) for xi, yi in zip(X, y)]
+                    if engine.needs_deletion_features and not engine.needs_retained_data else None)
+            batch_id = self.records.insert(s.connection(), tenant_id, model_id, digests, steps, macs, now)
             if store is not None:
                 store.add(steps, X, y)
             self._store(s, row, engine, now, n_records=row.n_records + len(ids))
@@ -288,6 +261,7 @@ class ModelService:
             if guard is not None:
                 guard.complete(s, result)
         self.registry.checkin(model_id, version, engine)
+        self.records.committed(token, batch_id, digests)
         if self.metrics:
             self.metrics.examples_learned.inc(len(ids))
         return result
@@ -304,17 +278,20 @@ class ModelService:
             if row.status == "retrain_required":
                 raise Problem(409, "retrain-required", "The model can certify no further deletion; retrain it.")
             key = self._record_key(s, tenant_id)
-            commits = [commitment(key, i) for i in ids]
-            found = _existing(s, model_id, commits, [lookup_key(c) for c in commits])
-            for rid, c in zip(ids, commits):
-                rec = found.get(c)
-                if rec is None:
-                    raise Problem(404, "record-not-found", f"Record {rid!r} was never learned by this model.")
-                if rec.status == "forgotten":
-                    raise Problem(409, "record-already-forgotten", f"Record {rid!r} was already forgotten.",
-                                  receipt_id=rec.receipt_id)
+            digests = commitment_digests(key, ids)
+            commits = [d.hex() for d in digests]
+            learned, _ = self.records.find(s.connection(), model_id, digests)
+            missing = next((i for i in range(len(ids)) if i not in learned), None)
+            if missing is not None:
+                raise Problem(404, "record-not-found", f"Record {ids[missing]!r} was never learned by this model.")
+            forgotten = _forgotten(s, model_id, commits, lookups_of(digests).tolist())
+            gone = next((i for i, c in enumerate(commits) if c in forgotten), None)
+            if gone is not None:
+                raise Problem(409, "record-already-forgotten", f"Record {ids[gone]!r} was already forgotten.",
+                              receipt_id=forgotten[commits[gone]])
             engine = self._checkout(s, row)
-            records = [found[c] for c in commits]
+            records = [_Rec(c, f.step, None if f.example_mac is None else f.example_mac.hex(), f.learned_at, f)
+                       for c, f in ((c, learned[i]) for i, c in enumerate(commits))]
             if engine.needs_retained_data:
                 if examples:
                     raise Problem(422, "validation-error", "This model keeps its data: send only the ids.")
@@ -342,8 +319,12 @@ class ModelService:
                     store.erase([r.step for r in records])  # the forgotten examples leave the database
                 receipts = self.issuer.issue(s, row, engine, records, certs, now)
                 conn = s.connection()
-                conn.execute(_FORGET_RECORDS, [{"rid": rec.id, "rcp": receipt["id"], "at": now}
-                                               for rec, receipt in zip(records, receipts)])
+                conn.execute(_INSERT_FORGOTTEN, [
+                    {"tenant_id": tenant_id, "model_id": model_id, "commitment": rec.commitment,
+                     "lookup": lookup_key(rec.commitment), "step": rec.step, "status": "forgotten",
+                     "learned_at": rec.learned_at, "forgotten_at": now, "receipt_id": receipt["id"],
+                     "example_mac": None} for rec, receipt in zip(records, receipts)])
+                self.records.erase_macs(conn, [rec.found for rec in records])
                 conn.execute(insert(LedgerEntry.__table__), [
                     {"model_id": model_id, "epoch": r["epoch"], "receipt_id": r["id"],
                      "kind": "restart" if is_restart(c) else "deletion",
@@ -504,16 +485,24 @@ class ModelService:
     def record_status(self, tenant_id: str, record_id: str) -> dict[str, Any]:
         with self.db.read() as s:
             key = self._record_key(s, tenant_id)
-            c = commitment(key, record_id)
-            recs = list(s.scalars(select(Record).where(Record.lookup == lookup_key(c), Record.tenant_id == tenant_id,
-                                                      Record.commitment == c)
-                                  .order_by(Record.model_id)))
-            seen = {r.model_id for r in recs}
+            digest = commitment_digests(key, [record_id])[0]
+            c = digest.hex()
+            conn = s.connection()
+            models = []
+            for mid in s.scalars(select(Model.id).where(Model.tenant_id == tenant_id, Model.status != "deleted")
+                                 .order_by(Model.id)):
+                learned, _ = self.records.find(conn, mid, [digest])
+                if 0 in learned:
+                    models.append({"model_id": mid, "status": "learned", "step": learned[0].step, "receipt_id": None})
+            forgotten = {r.model_id: r for r in s.scalars(select(Record).where(
+                Record.lookup == lookup_key(c), Record.tenant_id == tenant_id, Record.commitment == c))}
             # models deleted since: their records are erased, but the receipts remain in the log
             extra = list(s.scalars(select(Receipt).where(Receipt.tenant_id == tenant_id,
                                                          Receipt.record_commitment == c)))
-        models = [{"model_id": r.model_id, "status": r.status, "step": r.step, "receipt_id": r.receipt_id}
-                  for r in recs]
+        for m in models:
+            if m["model_id"] in forgotten:
+                m["status"], m["receipt_id"] = "forgotten", forgotten[m["model_id"]].receipt_id
+        seen = {m["model_id"] for m in models}
         for rc in extra:
             if rc.model_id not in seen:
                 body = json.loads(rc.body)

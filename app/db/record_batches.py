@@ -1,0 +1,194 @@
+"""Learned records, one row per learn request, and the per-process index that finds them by commitment.
+
+A learn request of n examples writes one ``record_batches`` row: the n commitments (32 bytes each), their lookups
+(each commitment's first 8 bytes), the steps that learned them and, for families whose clients send features to
+unlearn, the example MACs.  One row instead of n indexed rows: a B-tree keyed by random values dirties about one
+page per inserted row once it outgrows a batch, which made the durable write of 1000 records ~6 ms of a learn
+request (docs/performance.md §2).
+
+Finding records by commitment (learn's duplicate check, unlearn, the audit) goes through a ``RecordIndex``: per
+model and per process, the lookups of all the model's batches in sorted runs (a small log-structured merge: each
+new batch is a run, runs of similar size are merged, so there are O(log n) runs).  Before each use it catches up
+inside the caller's transaction by reading the model's batches with an id above the last one it holds.  This is
+correct because a model's batches are added only under the model's write lock (so their ids increase in commit
+order), are never changed except that a forgotten record's MAC is zeroed, and are deleted only with the model.
+Candidates from the index are confirmed on the full 32-byte commitment read from the batch row.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from sqlalchemy import BigInteger, any_, bindparam, insert, select, update
+from sqlalchemy.dialects.postgresql import ARRAY as PG_ARRAY
+
+from .tables import RecordBatch
+
+SLOT_BITS = 20  # an index position is batch_id << SLOT_BITS | slot
+MAX_BATCH = 1 << SLOT_BITS  # records per batch row (the service's max_batch is far below)
+DIGEST = 32
+
+_BATCHES = RecordBatch.__table__
+_CATCH_UP = (select(_BATCHES.c.id, _BATCHES.c.lookups)
+             .where(_BATCHES.c.model_id == bindparam("mid"), _BATCHES.c.id > bindparam("after"))
+             .order_by(_BATCHES.c.id))
+_ROW_COLUMNS = (_BATCHES.c.id, _BATCHES.c.commitments, _BATCHES.c.steps, _BATCHES.c.example_macs,
+                _BATCHES.c.learned_at)
+_ROWS = select(*_ROW_COLUMNS).where(_BATCHES.c.id.in_(bindparam("ids", expanding=True)))
+_ROWS_ANY = select(*_ROW_COLUMNS).where(_BATCHES.c.id == any_(bindparam("ids", type_=PG_ARRAY(BigInteger))))
+_INSERT = insert(_BATCHES)
+_SET_MACS = update(_BATCHES).where(_BATCHES.c.id == bindparam("bid")).values(example_macs=bindparam("macs"))
+
+
+def lookups_of(digests: Sequence[bytes]) -> np.ndarray:
+    """Each commitment's first 8 bytes as a signed big-endian integer (== ``tenants.lookup_key`` of its hex)."""
+    return np.frombuffer(b"".join(d[:8] for d in digests), dtype=">i8").astype(np.int64)
+
+
+def _merge(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Merge two sorted runs in O(len): b[i] lands at searchsorted(a, b[i]) + i."""
+    (ka, pa), (kb, pb) = a, b
+    at = np.searchsorted(ka, kb, side="right") + np.arange(len(kb))
+    keys = np.empty(len(ka) + len(kb), dtype=np.int64)
+    pos = np.empty_like(keys)
+    rest = np.ones(len(keys), dtype=bool)
+    rest[at] = False
+    keys[at], pos[at] = kb, pb
+    keys[rest], pos[rest] = ka, pa
+    return keys, pos
+
+
+class RecordIndex:
+    """The lookups of one model's batches, as sorted runs of (lookup, batch_id << SLOT_BITS | slot)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last_batch = 0  # the highest batch id held; batches are added in id order
+        self.size = 0
+        self.runs: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def add(self, batch_id: int, lookups: np.ndarray) -> None:
+        if batch_id <= self.last_batch:
+            return
+        order = np.argsort(lookups, kind="stable")
+        self.runs.append((lookups[order], (np.int64(batch_id) << SLOT_BITS) | order.astype(np.int64)))
+        self.last_batch = batch_id
+        self.size += len(lookups)
+        while len(self.runs) > 1 and 2 * len(self.runs[-1][0]) >= len(self.runs[-2][0]):
+            newer = self.runs.pop()
+            self.runs.append(_merge(self.runs.pop(), newer))
+
+    def candidates(self, lookups: np.ndarray) -> list[tuple[int, int]]:
+        """(query index, position) of every held entry whose lookup equals a queried one."""
+        out = []
+        for keys, pos in self.runs:
+            lo = np.searchsorted(keys, lookups, side="left")
+            hi = np.searchsorted(keys, lookups, side="right")
+            for q in np.flatnonzero(hi > lo):
+                out.extend((int(q), int(p)) for p in pos[lo[q]:hi[q]])
+        return out
+
+
+@dataclass
+class Found:
+    """A learned record, located in its batch row."""
+    batch_id: int
+    slot: int
+    step: int
+    example_mac: bytes | None  # None when the family keeps none, or once zeroed
+    learned_at: object
+
+
+class RecordBook:
+    """Per process: the ``RecordIndex`` of each model it has used (least recently used evicted beyond
+    ``max_entries`` lookups in all), and the SQL of the ``record_batches`` table."""
+
+    def __init__(self, max_entries: int, is_postgresql: bool) -> None:
+        self.max_entries = max_entries
+        self.is_postgresql = is_postgresql
+        self._indexes: OrderedDict[str, RecordIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _index(self, model_id: str) -> RecordIndex:
+        with self._lock:
+            idx = self._indexes.get(model_id)
+            if idx is None:
+                idx = self._indexes[model_id] = RecordIndex()
+            self._indexes.move_to_end(model_id)
+            total = sum(i.size for i in self._indexes.values())
+            while total > self.max_entries and len(self._indexes) > 1:
+                _, old = self._indexes.popitem(last=False)
+                total -= old.size
+            return idx
+
+    def evict(self, model_id: str) -> None:
+        with self._lock:
+            self._indexes.pop(model_id, None)
+
+    def find(self, conn, model_id: str, digests: Sequence[bytes]) -> tuple[dict[int, Found], tuple]:
+        """The learned records of ``model_id`` among ``digests``, by position in ``digests``; and a token for
+        ``committed`` (the index and the batch it had reached)."""
+        idx = self._index(model_id)
+        with idx.lock:
+            for batch_id, lookups in conn.execute(_CATCH_UP, {"mid": model_id, "after": idx.last_batch}):
+                idx.add(int(batch_id), np.frombuffer(lookups, dtype=">i8").astype(np.int64))
+            token = (idx, idx.last_batch)
+            candidates = idx.candidates(lookups_of(digests)) if idx.size else []
+        if not candidates:
+            return {}, token
+        rows = {int(r[0]): r for r in self._rows(conn, {p >> SLOT_BITS for _, p in candidates})}
+        found: dict[int, Found] = {}
+        for q, p in candidates:
+            row, slot = rows[p >> SLOT_BITS], p & (MAX_BATCH - 1)
+            if bytes(row[1][slot * DIGEST:(slot + 1) * DIGEST]) == digests[q]:
+                mac = None if row[3] is None else bytes(row[3][slot * DIGEST:(slot + 1) * DIGEST])
+                found[q] = Found(int(row[0]), slot, int(np.frombuffer(row[2], "<i8", 1, slot * 8)[0]),
+                                 None if mac is None or not any(mac) else mac, row[4])
+        return found, token
+
+    def _rows(self, conn, batch_ids):
+        """Batch rows by id: one array parameter on PostgreSQL (psycopg re-parses long SQL text on every call),
+        at most 500 placeholders per query on SQLite."""
+        wanted = sorted(batch_ids)
+        if self.is_postgresql:
+            yield from conn.execute(_ROWS_ANY, {"ids": wanted})
+            return
+        for i in range(0, len(wanted), 500):
+            yield from conn.execute(_ROWS, {"ids": wanted[i:i + 500]})
+
+    @staticmethod
+    def insert(conn, tenant_id: str, model_id: str, digests: Sequence[bytes], steps, macs: Sequence[bytes] | None,
+               now) -> int:
+        if len(digests) > MAX_BATCH:
+            raise ValueError(f"at most {MAX_BATCH} records per batch")
+        result = conn.execute(_INSERT, {
+            "tenant_id": tenant_id, "model_id": model_id, "n": len(digests), "commitments": b"".join(digests),
+            "lookups": b"".join(d[:8] for d in digests), "steps": np.asarray(steps, dtype="<i8").tobytes(),
+            "example_macs": None if macs is None else b"".join(macs), "learned_at": now})
+        return int(result.inserted_primary_key[0])
+
+    @staticmethod
+    def committed(token: tuple, batch_id: int, digests: Sequence[bytes]) -> None:
+        """After the commit of ``batch_id``: add it to the index if nothing came between (else the next catch-up
+        reads it)."""
+        idx, seen = token
+        with idx.lock:
+            if idx.last_batch == seen:
+                idx.add(batch_id, lookups_of(digests))
+
+    def erase_macs(self, conn, found: Sequence[Found]) -> None:
+        """Zero the example MACs of forgotten records in their batch rows."""
+        slots: dict[int, list[int]] = {}
+        for f in found:
+            if f.example_mac is not None:
+                slots.setdefault(f.batch_id, []).append(f.slot)
+        if not slots:
+            return
+        for r in self._rows(conn, slots):
+            macs = bytearray(r[3])
+            for slot in slots[int(r[0])]:
+                macs[slot * DIGEST:(slot + 1) * DIGEST] = bytes(DIGEST)
+            conn.execute(_SET_MACS, {"bid": int(r[0]), "macs": bytes(macs)})
