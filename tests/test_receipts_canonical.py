@@ -7,6 +7,8 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.receipts.canonical import (CanonicalJSONError, canonical_json, parameters_sha256, receipt_leaf_bytes,
                                     receipt_signing_bytes)
@@ -107,3 +109,28 @@ def test_parameters_sha256():
     assert parameters_sha256(m, 1.0) == hashlib.sha256(np.append(m.ravel(), 1.0).astype("<f8").tobytes()).hexdigest()
     with pytest.raises(ValueError):
         parameters_sha256([1.0, float("nan")], 0.0)
+
+
+_json_scalars = st.none() | st.booleans() | st.text(max_size=8) | st.integers(-2**53 + 1, 2**53 - 1) | \
+    st.floats(allow_nan=False, allow_infinity=False)
+_json_values = st.recursive(_json_scalars, lambda inner: st.lists(inner, max_size=3) |
+                            st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=8)
+
+
+@given(st.dictionaries(st.text(max_size=6).filter(lambda k: k not in ("signature", "proof")), _json_values,
+                       max_size=8), st.text(max_size=12))
+def test_signed_receipt_bytes_equal_the_two_canonical_forms(receipt, signature):
+    """One canonicalisation per member gives exactly receipt_signing_bytes and receipt_leaf_bytes (keys of any
+    script: RFC 8785 sorts by UTF-16 code units, which differs from code points outside the BMP)."""
+    from app.receipts.canonical import signed_receipt_bytes
+
+    signed_over = []
+
+    def sign(data: bytes) -> str:
+        signed_over.append(data)
+        return signature
+
+    got_signature, leaf = signed_receipt_bytes({**receipt, "proof": {"ignored": 1}}, sign)
+    assert signed_over == [receipt_signing_bytes(receipt)]
+    assert got_signature == signature
+    assert leaf == receipt_leaf_bytes({**receipt, "signature": signature})

@@ -90,6 +90,9 @@ _SELECT_MODEL = select(_MODELS).where(_MODELS.c.id == bindparam("mid"), _MODELS.
                                       _MODELS.c.status != "deleted")
 
 
+_UPDATES: dict[tuple[str, ...], Any] = {}
+
+
 class _ModelRow:
     """A model row read with one Core query for a write path; attribute assignments are remembered and written
     back by ``flush`` with one UPDATE (the ORM's identity map and unit of work cost more than the write)."""
@@ -112,8 +115,12 @@ class _ModelRow:
 
     def flush(self, s) -> None:
         if self._dirty:
-            s.connection().execute(update(_MODELS).where(_MODELS.c.id == self._values["id"])
-                                   .values({k: self._values[k] for k in sorted(self._dirty)}))
+            columns = tuple(sorted(self._dirty))
+            stmt = _UPDATES.get(columns)
+            if stmt is None:  # one prebuilt statement per set of columns (a handful: learn, unlearn, retrain)
+                stmt = _UPDATES[columns] = update(_MODELS).where(_MODELS.c.id == bindparam("row_id")).values(
+                    {k: bindparam(k) for k in columns})
+            s.connection().execute(stmt, {"row_id": self._values["id"], **{k: self._values[k] for k in columns}})
             self._dirty.clear()
 
 
@@ -125,6 +132,7 @@ class ModelService:
         self.metrics = metrics
         # per model, the in-memory index of its learned records' commitments (app/db/record_batches.py)
         self.records = RecordBook(settings.record_index_max_entries, is_postgresql=not db.is_sqlite)
+        self._record_keys: dict[str, bytes] = {}  # tenant id -> opened record key (secret; never served)
 
     # ---- reading helpers ------------------------------------------------------------------------------
     def _row(self, s, tenant_id: str, model_id: str, *, lock: bool = False, include_deleted: bool = False) -> Model:
@@ -225,15 +233,19 @@ class ModelService:
     # ---- learn --------------------------------------------------------------------------------------------
     def learn(self, tenant_id: str, model_id: str, ids: list[str], X: Any, y: Any, guard=None) -> dict[str, Any]:
         self._check_batch(len(ids))
-        seen: set[str] = set()
-        for rid in ids:
-            if rid in seen:
-                raise Problem(422, "duplicate-record", f"Record id {rid!r} appears more than once in this batch.")
-            seen.add(rid)
+        if len(set(ids)) != len(ids):
+            seen: set[str] = set()
+            for rid in ids:
+                if rid in seen:
+                    raise Problem(422, "duplicate-record", f"Record id {rid!r} appears more than once in this batch.")
+                seen.add(rid)
         with self.db.write() as s:
             row = self._locked_row(s, tenant_id, model_id)
             spec = spec_from_json(row.spec_json)
-            bad = next((i for i, x in enumerate(X) if len(x) != spec.dim), None)
+            if isinstance(X, np.ndarray) and X.ndim == 2:  # columnar bodies arrive as one array
+                bad = None if X.shape[1] == spec.dim else 0
+            else:
+                bad = next((i for i, x in enumerate(X) if len(x) != spec.dim), None)
             if bad is not None:  # ragged rows make numpy raise ValueError (was a 500)
                 raise Problem(422, "invalid-dimension", f"features must have dimension {spec.dim}", index=bad)
             try:
@@ -242,7 +254,8 @@ class ModelService:
                 raise Problem(422, e.code, str(e), index=e.index) from None
             key = self._record_key(s, tenant_id)
             digests = commitment_digests(key, ids)
-            held, token = self.records.find(s.connection(), model_id, digests)  # checked under the model's lock
+            # checked under the model's lock
+            held, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
             if held:
                 raise Problem(409, "duplicate-record", f"Record id {ids[min(held)]!r} was already used in this model.")
             engine = self._checkout(s, row)
@@ -251,7 +264,7 @@ class ModelService:
             now = utcnow()
             macs = ([bytes.fromhex(example_mac(key, xi, yi)) for xi, yi in zip(X, y)]
                     if engine.needs_deletion_features and not engine.needs_retained_data else None)
-            batch_id = self.records.insert(s.connection(), tenant_id, model_id, digests, steps, macs, now)
+            batch_id = self.records.insert(s.connection(), probe, tenant_id, steps, macs, now)
             if store is not None:
                 store.add(steps, X, y)
             self._store(s, row, engine, now, n_records=row.n_records + len(ids))
@@ -261,7 +274,7 @@ class ModelService:
             if guard is not None:
                 guard.complete(s, result)
         self.registry.checkin(model_id, version, engine)
-        self.records.committed(token, batch_id, digests)
+        self.records.committed(probe, batch_id, version)
         if self.metrics:
             self.metrics.examples_learned.inc(len(ids))
         return result
@@ -280,7 +293,7 @@ class ModelService:
             key = self._record_key(s, tenant_id)
             digests = commitment_digests(key, ids)
             commits = [d.hex() for d in digests]
-            learned, _ = self.records.find(s.connection(), model_id, digests)
+            learned, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
             missing = next((i for i in range(len(ids)) if i not in learned), None)
             if missing is not None:
                 raise Problem(404, "record-not-found", f"Record {ids[missing]!r} was never learned by this model.")
@@ -342,6 +355,7 @@ class ModelService:
             self.registry.evict(model_id)
             raise Problem(409, "deletion-capacity-exhausted", exhausted)
         self.registry.checkin(model_id, version, engine)
+        self.records.committed(probe, None, version)
         if self.metrics:
             for c in certs:
                 self.metrics.deletions.labels(c.mechanism).inc()
@@ -539,8 +553,16 @@ class ModelService:
             raise Problem(413, "batch-too-large", f"At most {self.settings.max_batch} items per request.")
 
     def _record_key(self, s, tenant_id: str) -> bytes:
-        stored = s.connection().execute(_RECORD_KEY, {"tid": tenant_id}).scalar_one()
-        return open_record_key(self.registry.cipher, tenant_id, stored)
+        """The tenant's HMAC key for record commitments, kept per process once opened (it never changes; a
+        re-seal under a new encryption key seals the same key)."""
+        key = self._record_keys.get(tenant_id)
+        if key is None:
+            stored = s.connection().execute(_RECORD_KEY, {"tid": tenant_id}).scalar_one()
+            key = open_record_key(self.registry.cipher, tenant_id, stored)
+            if len(self._record_keys) >= 10_000:
+                self._record_keys.clear()
+            self._record_keys[tenant_id] = key
+        return key
 
     def _checkout(self, s, row: _ModelRow) -> Unlearner:
         def load_blob() -> bytes:

@@ -13,7 +13,7 @@ from ..db.merkle_store import SqlNodeStore
 from ..db.tables import Checkpoint, Receipt, Tenant
 from ..errors import Problem
 from ..ids import iso, new_id, utcnow
-from ..receipts.canonical import parameters_sha256, receipt_leaf_bytes, receipt_signing_bytes
+from ..receipts.canonical import parameters_sha256, signed_receipt_bytes
 from ..receipts.checkpoint import make_checkpoint, receipt_proof, tenant_origin
 from ..receipts.merkle import MerkleLog
 from ..unlearning import Certificate, Unlearner
@@ -86,8 +86,8 @@ class ReceiptIssuer:
                 "published_parameters_sha256": params_hash, "model_version": version, "issued_at": iso(now),
                 "log_index": first + j, "key_id": signer.key_id,
             }
-            body["signature"] = signer.sign(receipt_signing_bytes(body))
-            leaf = receipt_leaf_bytes(body)  # == canonical_json(body): a receipt has no proof when issued
+            # the signature covers the body; the leaf is the signed body (a receipt has no proof when issued)
+            body["signature"], leaf = signed_receipt_bytes(body, signer.sign)
             log.append(leaf, first + j)  # RFC 6962 leaf: the signed receipt
             out.append(body)
             rows.append({"id": body["id"], "tenant_id": row.tenant_id, "model_id": row.id,
