@@ -121,7 +121,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _requests_for(batch: int, quick: bool) -> int:
-    return {1: 40 if quick else 300, 100: 10 if quick else 60, 1000: 5 if quick else 25}[batch]
+    return {1: 40 if quick else 300, 100: 10 if quick else 60, 1000: 5 if quick else 50}[batch]
 
 
 def ingest(targets: list[dict], quick: bool) -> dict:

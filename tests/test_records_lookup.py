@@ -161,3 +161,30 @@ def test_another_process_sees_every_batch(backend):
     finally:
         for a in apps:
             a.state.ctx.db.dispose()
+
+
+def test_forgetting_zeroes_only_that_records_example_mac(ctx):
+    """Families whose clients send features to unlearn keep an HMAC per example in the batch row; a forget zeroes
+    the forgotten record's 32 bytes and leaves the others, which still check the features sent for them."""
+    t = ctx.tenants.create_tenant("t")["id"]
+    spec = {**SPEC, "algorithm": "memory_pair", "dim": 3,
+            "hyperparameters": {"deletion_features": "client", "capacity": 3}}
+    m = ctx.models.create(t, spec)["id"]
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-0.5, 0.5, size=(12, 3))
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
+    y = [float(i % 2) for i in range(12)]
+    ids = [f"mp-{i}" for i in range(12)]
+    ctx.models.learn(t, m, ids, X, y)
+    ctx.models.unlearn(t, m, ["mp-4"], examples=[("mp-4", X[4].tolist(), y[4])])
+    with ctx.db.read() as s:
+        macs = s.execute(select(RecordBatch.example_macs).where(RecordBatch.model_id == m)).scalar_one()
+    slots = [macs[32 * i:32 * i + 32] for i in range(12)]
+    assert slots[4] == bytes(32) and all(any(s) for i, s in enumerate(slots) if i != 4)
+    with pytest.raises(Problem) as e:
+        ctx.models.unlearn(t, m, ["mp-4"], examples=[("mp-4", X[4].tolist(), y[4])])
+    assert e.value.slug == "record-already-forgotten"
+    with pytest.raises(Problem) as e:
+        ctx.models.unlearn(t, m, ["mp-6"], examples=[("mp-6", X[7].tolist(), y[6])])
+    assert e.value.slug == "example-mismatch"
+    assert len(ctx.models.unlearn(t, m, ["mp-6"], examples=[("mp-6", X[6].tolist(), y[6])])["receipts"]) == 1
