@@ -62,16 +62,18 @@ def ctx(backend):
 
 
 def _force_lookup(ctx, model_id: str, held_id: str, like_id: str, tenant_id: str) -> None:
-    """Give the stored record ``held_id`` the lookup value of ``like_id``: a prefix collision, made on purpose."""
+    """Give the stored record ``held_id`` the first 8 bytes of ``like_id``'s commitment: a prefix collision, made
+    on purpose (``held_id`` itself can no longer be found; the entry only collides)."""
     with ctx.db.write() as s:
         key = ctx.models._record_key(s, tenant_id)
         held, like = commitment(key, held_id), commitment(key, like_id)
-        for bid, digests, lookups in s.execute(select(RecordBatch.id, RecordBatch.commitments, RecordBatch.lookups)
-                                               .where(RecordBatch.model_id == model_id)).all():
+        for bid, digests in s.execute(select(RecordBatch.id, RecordBatch.commitments)
+                                      .where(RecordBatch.model_id == model_id)).all():
             for slot in range(len(digests) // 32):
                 if digests[32 * slot:32 * slot + 32].hex() == held:
-                    lookups = lookups[:8 * slot] + bytes.fromhex(like[:16]) + lookups[8 * slot + 8:]
-                    s.execute(update(RecordBatch).where(RecordBatch.id == bid).values(lookups=lookups))
+                    forged = bytes.fromhex(like[:16] + held[16:])
+                    digests = digests[:32 * slot] + forged + digests[32 * slot + 32:]
+                    s.execute(update(RecordBatch).where(RecordBatch.id == bid).values(commitments=digests))
     ctx.models.records.evict(model_id)  # the index is rebuilt from the forged rows
 
 
@@ -88,7 +90,10 @@ def test_prefix_collisions_neither_clash_nor_mix_up_records(ctx):
     assert ctx.models.record_status(t, "b")["models"][0]["status"] == "forgotten"
     with ctx.db.read() as s:
         rows = s.execute(select(Record.commitment, Record.status).where(Record.model_id == m)).all()
-    assert rows == [(commitment(key, "b"), "forgotten")]  # a, which shares b's lookup, was left alone
+        digests = s.execute(select(RecordBatch.commitments).where(RecordBatch.model_id == m)
+                            .order_by(RecordBatch.id)).scalars().all()
+    assert rows == [(commitment(key, "b"), "forgotten")]  # the entry sharing b's lookup was left alone
+    assert digests[0][:8] == digests[1][:8] and digests[0] != digests[1]  # the collision really was there
     with pytest.raises(Problem) as e:
         ctx.models.learn(t, m, ["b"], [[0.0, 0.0]], [1.0])  # b is found among the colliding entries
     assert e.value.status == 409
@@ -188,3 +193,22 @@ def test_forgetting_zeroes_only_that_records_example_mac(ctx):
         ctx.models.unlearn(t, m, ["mp-6"], examples=[("mp-6", X[7].tolist(), y[6])])
     assert e.value.slug == "example-mismatch"
     assert len(ctx.models.unlearn(t, m, ["mp-6"], examples=[("mp-6", X[6].tolist(), y[6])])["receipts"]) == 1
+
+
+def test_batches_with_steps_out_of_order(ctx):
+    """A batch whose steps are not first_step, first_step + 1, ... keeps them all (engines may return any steps)."""
+    from app.ids import utcnow
+    from app.services.tenants import commitment_digests
+
+    t = ctx.tenants.create_tenant("t")["id"]
+    m = ctx.models.create(t, SPEC)["id"]
+    digests = commitment_digests(b"k" * 32, ["p", "q", "r", "s"])
+    with ctx.db.write() as s:
+        found, probe = ctx.models.records.find(s.connection(), m, digests)
+        assert found == {}
+        batch_id = ctx.models.records.insert(s.connection(), probe, t, [7, 3, 12, 4], None, utcnow())
+    with ctx.db.write() as s:  # the index is not told of the batch: found by catching up
+        found, _ = ctx.models.records.find(s.connection(), m, [digests[2], b"\0" * 32, digests[0]])
+        steps = s.execute(select(RecordBatch.first_step, RecordBatch.steps).where(RecordBatch.id == batch_id)).one()
+    assert {q: (f.step, f.slot, f.batch_id) for q, f in found.items()} == {0: (12, 2, batch_id), 2: (7, 0, batch_id)}
+    assert steps[0] == 7 and np.frombuffer(steps[1], "<i8").tolist() == [7, 3, 12, 4]

@@ -1,13 +1,13 @@
 """Learned records, one row per learn request, and the per-process index that finds them by commitment.
 
-A learn request of n examples writes one ``record_batches`` row: the n commitments (32 bytes each), their lookups
-(each commitment's first 8 bytes), the steps that learned them and, for families whose clients send features to
-unlearn, the example MACs.  One row instead of n indexed rows: a B-tree keyed by random values dirties about one
+A learn request of n examples writes one ``record_batches`` row: the n commitments (32 bytes each), the step that
+learned the first (and the other steps only when they are not consecutive) and, for families whose clients send
+features to unlearn, the example MACs.  One row instead of n indexed rows: a B-tree keyed by random values dirties about one
 page per inserted row once it outgrows a batch, which made the durable write of 1000 records ~6 ms of a learn
 request (docs/performance.md §2).
 
 Finding records by commitment (learn's duplicate check, unlearn, the audit) goes through a ``RecordIndex``: per
-model and per process, the lookups of all the model's batches in sorted runs (a small log-structured merge: each
+model and per process, the lookups (each commitment's first 8 bytes) of all the model's batches in sorted runs (a small log-structured merge: each
 new batch is a run, runs of similar size are merged, so there are O(log n) runs).  Before each use it catches up
 inside the caller's transaction by reading the model's batches with an id above the last one it holds.  This is
 correct because a model's batches are added only under the model's write lock (so their ids increase in commit
@@ -32,11 +32,11 @@ MAX_BATCH = 1 << SLOT_BITS  # records per batch row (the service's max_batch is 
 DIGEST = 32
 
 _BATCHES = RecordBatch.__table__
-_CATCH_UP = (select(_BATCHES.c.id, _BATCHES.c.lookups)
+_CATCH_UP = (select(_BATCHES.c.id, _BATCHES.c.commitments)
              .where(_BATCHES.c.model_id == bindparam("mid"), _BATCHES.c.id > bindparam("after"))
              .order_by(_BATCHES.c.id))
-_ROW_COLUMNS = (_BATCHES.c.id, _BATCHES.c.commitments, _BATCHES.c.steps, _BATCHES.c.example_macs,
-                _BATCHES.c.learned_at)
+_ROW_COLUMNS = (_BATCHES.c.id, _BATCHES.c.commitments, _BATCHES.c.first_step, _BATCHES.c.steps,
+                _BATCHES.c.example_macs, _BATCHES.c.learned_at)
 _ROWS = select(*_ROW_COLUMNS).where(_BATCHES.c.id.in_(bindparam("ids", expanding=True)))
 _ROWS_ANY = select(*_ROW_COLUMNS).where(_BATCHES.c.id == any_(bindparam("ids", type_=PG_ARRAY(BigInteger))))
 _INSERT = insert(_BATCHES)
@@ -158,7 +158,7 @@ class RecordBook:
         with idx.lock:
             if version is None or idx.version != version:
                 for batch_id, held in conn.execute(_CATCH_UP, {"mid": model_id, "after": idx.last_batch}):
-                    idx.add(int(batch_id), np.frombuffer(held, dtype=">i8").astype(np.int64))
+                    idx.add(int(batch_id), lookups_of(bytes(held)))
                 idx.version = version
             probe = Probe(idx, idx.last_batch, version, model_id, packed, lookups)
             candidates = idx.candidates(lookups) if idx.size else []
@@ -168,10 +168,12 @@ class RecordBook:
         found: dict[int, Found] = {}
         for q, p in candidates:
             row, slot = rows[p >> SLOT_BITS], p & (MAX_BATCH - 1)
-            if bytes(row[1][slot * DIGEST:(slot + 1) * DIGEST]) == digests[q]:
-                mac = None if row[3] is None else bytes(row[3][slot * DIGEST:(slot + 1) * DIGEST])
-                found[q] = Found(int(row[0]), slot, int(np.frombuffer(row[2], "<i8", 1, slot * 8)[0]),
-                                 None if mac is None or not any(mac) else mac, row[4])
+            if bytes(row.commitments[slot * DIGEST:(slot + 1) * DIGEST]) == digests[q]:
+                macs = row.example_macs
+                mac = None if macs is None else bytes(macs[slot * DIGEST:(slot + 1) * DIGEST])
+                step = row.first_step + slot if row.steps is None else int(np.frombuffer(row.steps, "<i8", 1, slot * 8)[0])
+                found[q] = Found(int(row.id), slot, int(step), None if mac is None or not any(mac) else mac,
+                                 row.learned_at)
         return found, probe
 
     def _rows(self, conn, batch_ids):
@@ -190,9 +192,11 @@ class RecordBook:
         n = len(probe.lookups)
         if n > MAX_BATCH:
             raise ValueError(f"at most {MAX_BATCH} records per batch")
+        steps = np.asarray(steps, dtype=np.int64)
+        consecutive = bool(np.all(steps == np.arange(steps[0], steps[0] + n)))
         result = conn.execute(_INSERT, {
             "tenant_id": tenant_id, "model_id": probe.model_id, "n": n, "commitments": probe.packed,
-            "lookups": probe.lookups.astype(">i8").tobytes(), "steps": np.asarray(steps, dtype="<i8").tobytes(),
+            "first_step": int(steps[0]), "steps": None if consecutive else steps.astype("<i8").tobytes(),
             "example_macs": None if macs is None else b"".join(macs), "learned_at": now})
         return int(result.inserted_primary_key[0])
 
@@ -216,7 +220,7 @@ class RecordBook:
         if not slots:
             return
         for r in self._rows(conn, slots):
-            macs = bytearray(r[3])
-            for slot in slots[int(r[0])]:
+            macs = bytearray(r.example_macs)
+            for slot in slots[int(r.id)]:
                 macs[slot * DIGEST:(slot + 1) * DIGEST] = bytes(DIGEST)
-            conn.execute(_SET_MACS, {"bid": int(r[0]), "macs": bytes(macs)})
+            conn.execute(_SET_MACS, {"bid": int(r.id), "macs": bytes(macs)})

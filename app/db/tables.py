@@ -78,8 +78,9 @@ class ModelState(Base):
 class RecordBatch(Base):
     """The records one learn request added, packed into one row: index ``i`` of each blob is the batch's i-th
     example.  Writing a batch is one row insert; a per-record row with a commitment index dirtied about one index
-    page per record (docs/performance.md §2).  Commitments are found through a per-process in-memory index of the
-    ``lookups`` (app/db/record_batches.py) that catches up on the batches of a model by ``id`` order."""
+    page per record (docs/performance.md §2).  Commitments are found through a per-process in-memory index of their
+    first 8 bytes (app/db/record_batches.py) that catches up on the batches of a model by ``id`` order.  The row is
+    kept small (steps only when they are not consecutive): on PostgreSQL each large value is a TOAST write."""
 
     __tablename__ = "record_batches"
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
@@ -88,8 +89,9 @@ class RecordBatch(Base):
     n: Mapped[int] = mapped_column(Integer)
     # n x 32 bytes: HMAC-SHA256(tenant record key, record id), the only form in which record ids are stored
     commitments: Mapped[bytes] = mapped_column(LargeBinary)
-    lookups: Mapped[bytes] = mapped_column(LargeBinary)  # n x 8 bytes: each commitment's first 8 bytes (what is indexed)
-    steps: Mapped[bytes] = mapped_column(LargeBinary)  # n x int64 little-endian: the step that learned each record
+    first_step: Mapped[int] = mapped_column(BigInteger)  # the step that learned record 0
+    # n x int64 little-endian, the step that learned each record; NULL when they are first_step, first_step + 1, ...
+    steps: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     # n x 32 bytes, HMAC of each example's bytes, kept only for families whose clients send features to unlearn;
     # a forgotten record's 32 bytes are overwritten with zeros
     example_macs: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)

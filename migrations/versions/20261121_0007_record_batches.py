@@ -2,8 +2,9 @@
 
 A learn of 1000 examples wrote 1000 rows into ``records`` and as many entries into its random-keyed lookup index,
 dirtying about one index page per row (~6 ms of a durable commit on SQLite). Learned records now live packed in
-``record_batches`` (commitments, lookups, steps and example MACs as blobs, one row per learn request) and are found
-through a per-process in-memory index (app/db/record_batches.py). ``records`` keeps a row per forgotten record.
+``record_batches`` (commitments and, when needed, steps and example MACs as blobs, one row per learn request) and
+are found through a per-process in-memory index (app/db/record_batches.py). ``records`` keeps a row per forgotten
+record.
 
 Upgrade moves every record's commitment into batch rows (records learned in one request, in step order, at most
 1000 per row; forgotten records too, since the duplicate check must still see them) and deletes the rows of
@@ -33,7 +34,7 @@ records = sa.table('records', sa.column('id', sa.BigInteger), sa.column('tenant_
                    sa.column('example_mac', sa.String))
 batches = sa.table('record_batches', sa.column('id', sa.BigInteger), sa.column('tenant_id', sa.String),
                    sa.column('model_id', sa.String), sa.column('n', sa.Integer),
-                   sa.column('commitments', sa.LargeBinary), sa.column('lookups', sa.LargeBinary),
+                   sa.column('commitments', sa.LargeBinary), sa.column('first_step', sa.BigInteger),
                    sa.column('steps', sa.LargeBinary), sa.column('example_macs', sa.LargeBinary),
                    sa.column('learned_at', sa.DateTime(timezone=True)))
 
@@ -43,9 +44,11 @@ def _batch_row(rows) -> dict:
     macs = None
     if any(r.example_mac for r in rows):
         macs = b"".join(bytes.fromhex(r.example_mac) if r.example_mac else bytes(32) for r in rows)
+    steps = [int(r.step) for r in rows]
+    consecutive = steps == list(range(steps[0], steps[0] + len(steps)))
     return {'tenant_id': rows[0].tenant_id, 'model_id': rows[0].model_id, 'n': len(rows),
-            'commitments': b"".join(digests), 'lookups': b"".join(d[:8] for d in digests),
-            'steps': b"".join(int(r.step).to_bytes(8, "little", signed=True) for r in rows),
+            'commitments': b"".join(digests), 'first_step': steps[0],
+            'steps': None if consecutive else b"".join(t.to_bytes(8, "little", signed=True) for t in steps),
             'example_macs': macs, 'learned_at': rows[0].learned_at}
 
 
@@ -57,8 +60,8 @@ def upgrade() -> None:
         sa.Column('model_id', sa.String(length=40), nullable=False),
         sa.Column('n', sa.Integer(), nullable=False),
         sa.Column('commitments', sa.LargeBinary(), nullable=False),
-        sa.Column('lookups', sa.LargeBinary(), nullable=False),
-        sa.Column('steps', sa.LargeBinary(), nullable=False),
+        sa.Column('first_step', sa.BigInteger(), nullable=False),
+        sa.Column('steps', sa.LargeBinary(), nullable=True),
         sa.Column('example_macs', sa.LargeBinary(), nullable=True),
         sa.Column('learned_at', sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(['model_id'], ['models.id'], name=op.f('fk_record_batches_model_id_models')),
@@ -66,6 +69,9 @@ def upgrade() -> None:
     )
     op.create_index('ix_record_batches_model_id', 'record_batches', ['model_id', 'id'], unique=False)
     conn = op.get_bind()
+    if conn.dialect.name == 'postgresql':  # HMACs are random bytes: TOAST them without trying to compress them
+        op.execute('ALTER TABLE record_batches ALTER COLUMN commitments SET STORAGE EXTERNAL, '
+                   'ALTER COLUMN example_macs SET STORAGE EXTERNAL')
     model_ids = [m for (m,) in conn.execute(sa.select(records.c.model_id).distinct().order_by(records.c.model_id))]
     for model_id in model_ids:
         last = None
@@ -106,7 +112,8 @@ def downgrade() -> None:
                 mac = None if b.example_macs is None else bytes(b.example_macs[32 * i:32 * i + 32])
                 out.append({'tenant_id': b.tenant_id, 'model_id': b.model_id, 'commitment': c,
                             'lookup': int.from_bytes(bytes.fromhex(c[:16]), "big", signed=True),
-                            'step': int.from_bytes(bytes(b.steps[8 * i:8 * i + 8]), "little", signed=True),
+                            'step': b.first_step + i if b.steps is None else
+                            int.from_bytes(bytes(b.steps[8 * i:8 * i + 8]), "little", signed=True),
                             'status': 'learned', 'learned_at': b.learned_at,
                             'example_mac': mac.hex() if mac and any(mac) else None})
             if out:
