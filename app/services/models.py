@@ -86,16 +86,21 @@ def _forgotten(s, model_id: str, commits: Sequence[str], lookups: Sequence[int])
 _MODELS = Model.__table__
 _PREDICT_COLUMNS = select(_MODELS.c.version, _MODELS.c.spec_json, _MODELS.c.published, _MODELS.c.ledger_json).where(
     _MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"), _MODELS.c.status != "deleted")
-_SELECT_MODEL = select(_MODELS).where(_MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"),
-                                      _MODELS.c.status != "deleted")
+# what the write paths read of the model row (the columns they only write, and the view's, are not fetched)
+_WRITE_PATH_COLUMNS = ("id", "tenant_id", "algorithm", "spec_json", "status", "step", "n_records", "n_forgotten",
+                       "version", "epoch", "rho_spent", "ledger_json")
+_SELECT_MODEL = select(*(_MODELS.c[c] for c in _WRITE_PATH_COLUMNS)).where(
+    _MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"), _MODELS.c.status != "deleted")
+_SELECT_MODEL_FOR_UPDATE = _SELECT_MODEL.with_for_update()
 
 
 _UPDATES: dict[tuple[str, ...], Any] = {}
 
 
 class _ModelRow:
-    """A model row read with one Core query for a write path; attribute assignments are remembered and written
-    back by ``flush`` with one UPDATE (the ORM's identity map and unit of work cost more than the write)."""
+    """A model row read with one Core query for a write path (``_WRITE_PATH_COLUMNS``; any column may be assigned);
+    assignments are remembered and written back by ``flush`` with one UPDATE (the ORM's identity map and unit of
+    work cost more than the write)."""
 
     def __init__(self, mapping):
         object.__setattr__(self, "_values", dict(mapping))
@@ -108,7 +113,7 @@ class _ModelRow:
             raise AttributeError(name) from None
 
     def __setattr__(self, name: str, value) -> None:
-        if name not in self._values:
+        if name not in _MODELS.c:
             raise AttributeError(name)
         self._values[name] = value
         self._dirty.add(name)
@@ -148,7 +153,7 @@ class ModelService:
 
     def _locked_row(self, s, tenant_id: str, model_id: str) -> _ModelRow:
         """The model row of a learn / unlearn / retrain, under the model's lock (see ``_row``)."""
-        q = _SELECT_MODEL if self.db.is_sqlite else _SELECT_MODEL.with_for_update()
+        q = _SELECT_MODEL if self.db.is_sqlite else _SELECT_MODEL_FOR_UPDATE
         found = s.connection().execute(q, {"mid": model_id, "tid": tenant_id}).mappings().first()
         if found is None:
             raise Problem(404, "model-not-found", f"No model {model_id}.")
