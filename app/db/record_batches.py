@@ -2,17 +2,18 @@
 
 A learn request of n examples writes one ``record_batches`` row: the n commitments (32 bytes each), the step that
 learned the first (and the other steps only when they are not consecutive) and, for families whose clients send
-features to unlearn, the example MACs.  One row instead of n indexed rows: a B-tree keyed by random values dirties about one
-page per inserted row once it outgrows a batch, which made the durable write of 1000 records ~6 ms of a learn
-request (docs/performance.md §2).
+features to unlearn, the example MACs.  One row instead of n indexed rows: a B-tree keyed by random values
+dirties about one page per inserted row once it outgrows a batch, which made the durable write of 1000 records
+~6 ms of a learn request (docs/performance.md §2).
 
 Finding records by commitment (learn's duplicate check, unlearn, the audit) goes through a ``RecordIndex``: per
-model and per process, the lookups (each commitment's first 8 bytes) of all the model's batches in sorted runs (a small log-structured merge: each
-new batch is a run, runs of similar size are merged, so there are O(log n) runs).  Before each use it catches up
-inside the caller's transaction by reading the model's batches with an id above the last one it holds.  This is
-correct because a model's batches are added only under the model's write lock (so their ids increase in commit
-order), are never changed except that a forgotten record's MAC is zeroed, and are deleted only with the model.
-Candidates from the index are confirmed on the full 32-byte commitment read from the batch row.
+model and per process, the lookups (each commitment's first 8 bytes) of all the model's batches in sorted runs (a
+small log-structured merge: each new batch is a run, runs of similar size are merged, so there are O(log n)
+runs).  Before each use it catches up inside the caller's transaction by reading the model's batches with an id
+above the last one it holds.  This is correct because a model's batches are added only under the model's write
+lock (so their ids increase in commit order), are never changed except that a forgotten record's MAC is zeroed,
+and are deleted only with the model.  Candidates from the index are confirmed on the full 32-byte commitment
+read from the batch row.
 """
 from __future__ import annotations
 
@@ -171,7 +172,8 @@ class RecordBook:
             if bytes(row.commitments[slot * DIGEST:(slot + 1) * DIGEST]) == digests[q]:
                 macs = row.example_macs
                 mac = None if macs is None else bytes(macs[slot * DIGEST:(slot + 1) * DIGEST])
-                step = row.first_step + slot if row.steps is None else int(np.frombuffer(row.steps, "<i8", 1, slot * 8)[0])
+                step = (row.first_step + slot if row.steps is None
+                        else int(np.frombuffer(row.steps, "<i8", 1, slot * 8)[0]))
                 found[q] = Found(int(row.id), slot, int(step), None if mac is None or not any(mac) else mac,
                                  row.learned_at)
         return found, probe

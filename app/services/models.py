@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
