@@ -309,7 +309,7 @@ class ModelService:
                               receipt_id=forgotten[commits[gone]])
             engine = self._checkout(s, row)
             records = [_Rec(c, f.step, None if f.example_mac is None else f.example_mac.hex(), f.learned_at, f)
-                       for c, f in ((c, learned[i]) for i, c in enumerate(commits))]
+                       for c, f in zip(commits, (learned[i] for i in range(len(ids))))]
             if engine.needs_retained_data:
                 if examples:
                     raise Problem(422, "validation-error", "This model keeps its data: send only the ids.")
