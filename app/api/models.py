@@ -114,6 +114,8 @@ async def predict(model_id: str, request: Request, p: Predictor,
                   body: Annotated[PredictRequest, Depends(json_body(PredictRequest))]):
     """Predict with the published parameters."""
     models = get_ctx(request).models
+    if models.predict_inline(body.x):  # small SQLite reads answer on the event loop (no worker-thread hop)
+        return idempotent.json_response(PredictResponse, models.predict(p.tenant_id, model_id, body.x, inline=True))
     return await run_in_threadpool(
         lambda: idempotent.json_response(PredictResponse, models.predict(p.tenant_id, model_id, body.x)))
 

@@ -6,6 +6,7 @@ PostgreSQL (ARCHITECTURE.md §4).  Reads use plain transactions.
 """
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -45,6 +46,8 @@ class Database:
         self.engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._own = threading.local()  # SQLite: each thread's own connection for short reads (own_read)
+        self._own_connections: list[Connection] = []
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -60,6 +63,18 @@ class Database:
                 yield conn
 
     @contextmanager
+    def own_read(self) -> Iterator[Connection]:
+        """SQLite only: a read transaction on this thread's own connection, kept open between calls (the
+        transaction is not).  For short reads made on the event loop: a pooled connection could make the loop wait
+        for a worker thread to return one, and under WAL a reader never waits for a writer."""
+        conn = getattr(self._own, "conn", None)
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._own.conn = self.engine.connect()
+            self._own_connections.append(conn)
+        with conn.begin():
+            yield conn
+
+    @contextmanager
     def write(self) -> Iterator[Session]:
         """One transaction; on SQLite it takes the write lock up front (BEGIN IMMEDIATE)."""
         with self._sessions() as session:
@@ -72,4 +87,7 @@ class Database:
                 raise
 
     def dispose(self) -> None:
+        for conn in self._own_connections:
+            conn.close()
+        self._own_connections.clear()
         self.engine.dispose()
