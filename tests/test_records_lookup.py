@@ -212,3 +212,21 @@ def test_batches_with_steps_out_of_order(ctx):
         steps = s.execute(select(RecordBatch.first_step, RecordBatch.steps).where(RecordBatch.id == batch_id)).one()
     assert {q: (f.step, f.slot, f.batch_id) for q, f in found.items()} == {0: (12, 2, batch_id), 2: (7, 0, batch_id)}
     assert steps[0] == 7 and np.frombuffer(steps[1], "<i8").tolist() == [7, 3, 12, 4]
+
+
+def test_the_book_keeps_a_bounded_number_of_indexes():
+    """Least recently used indexes go beyond max_models (the audit visits every model of a tenant) and beyond
+    max_entries lookups in all; the one in use stays, however large."""
+    from app.db.record_batches import RecordBook
+
+    book = RecordBook(max_entries=2500, is_postgresql=False, max_models=3)
+    for i in range(10):
+        book._index(f"m{i}")
+    assert list(book._indexes) == ["m7", "m8", "m9"]
+    book._index("m8").add(1, np.arange(2000, dtype=np.int64))
+    book._index("m7").add(1, np.arange(1000, dtype=np.int64))
+    assert list(book._indexes) == ["m9", "m8", "m7"]  # checked when an index is next asked for
+    book._index("m7")  # 3000 > 2500: m9, then m8, are dropped
+    assert list(book._indexes) == ["m7"]
+    book._index("m7").add(2, np.arange(5000, dtype=np.int64))
+    assert book._index("m7").size == 6000 and list(book._indexes) == ["m7"]

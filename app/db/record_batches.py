@@ -123,10 +123,11 @@ class Found:
 
 class RecordBook:
     """Per process: the ``RecordIndex`` of each model it has used (least recently used evicted beyond
-    ``max_entries`` lookups in all), and the SQL of the ``record_batches`` table."""
+    ``max_entries`` lookups in all, or beyond ``max_models`` indexes: the audit visits every model of a tenant),
+    and the SQL of the ``record_batches`` table."""
 
-    def __init__(self, max_entries: int, is_postgresql: bool) -> None:
-        self.max_entries = max_entries
+    def __init__(self, max_entries: int, is_postgresql: bool, max_models: int = 10_000) -> None:
+        self.max_entries, self.max_models = max_entries, max_models
         self.is_postgresql = is_postgresql
         self._indexes: OrderedDict[str, RecordIndex] = OrderedDict()
         self._lock = threading.Lock()
@@ -138,7 +139,7 @@ class RecordBook:
                 idx = self._indexes[model_id] = RecordIndex()
             self._indexes.move_to_end(model_id)
             total = sum(i.size for i in self._indexes.values())
-            while total > self.max_entries and len(self._indexes) > 1:
+            while (total > self.max_entries or len(self._indexes) > self.max_models) and len(self._indexes) > 1:
                 _, old = self._indexes.popitem(last=False)
                 total -= old.size
             return idx
