@@ -16,7 +16,7 @@ from sqlalchemy import BigInteger, any_, bindparam, delete, insert, select, upda
 from sqlalchemy.dialects.postgresql import ARRAY as PG_ARRAY
 
 from ..db.session import Database
-from ..db.record_batches import Found, RecordBook, lookups_of
+from ..db.record_batches import Found, RecordBook
 from ..db.tables import LedgerEntry, Model, ModelState, Receipt, Record, RecordBatch, Tenant
 from ..errors import Problem
 from ..ids import new_id, utcnow
@@ -43,6 +43,7 @@ def _chunks(seq: Sequence, n: int = IN_CHUNK) -> Iterable[Sequence]:
 class _Rec:
     """A record being forgotten: where it was learned and, once forgotten, its receipt."""
     commitment: str
+    lookup: int
     step: int
     example_mac: str | None
     learned_at: Any
@@ -302,14 +303,15 @@ class ModelService:
             missing = next((i for i in range(len(ids)) if i not in learned), None)
             if missing is not None:
                 raise Problem(404, "record-not-found", f"Record {ids[missing]!r} was never learned by this model.")
-            forgotten = _forgotten(s, model_id, commits, lookups_of(digests).tolist())
+            lookups = probe.lookups.tolist()  # computed once by find
+            forgotten = _forgotten(s, model_id, commits, lookups)
             gone = next((i for i, c in enumerate(commits) if c in forgotten), None)
             if gone is not None:
                 raise Problem(409, "record-already-forgotten", f"Record {ids[gone]!r} was already forgotten.",
                               receipt_id=forgotten[commits[gone]])
             engine = self._checkout(s, row)
-            records = [_Rec(c, f.step, None if f.example_mac is None else f.example_mac.hex(), f.learned_at, f)
-                       for c, f in zip(commits, (learned[i] for i in range(len(ids))))]
+            records = [_Rec(c, k, f.step, None if f.example_mac is None else f.example_mac.hex(), f.learned_at, f)
+                       for c, k, f in zip(commits, lookups, (learned[i] for i in range(len(ids))))]
             if engine.needs_retained_data:
                 if examples:
                     raise Problem(422, "validation-error", "This model keeps its data: send only the ids.")
@@ -339,7 +341,7 @@ class ModelService:
                 conn = s.connection()
                 conn.execute(_INSERT_FORGOTTEN, [
                     {"tenant_id": tenant_id, "model_id": model_id, "commitment": rec.commitment,
-                     "lookup": lookup_key(rec.commitment), "step": rec.step, "status": "forgotten",
+                     "lookup": rec.lookup, "step": rec.step, "status": "forgotten",
                      "learned_at": rec.learned_at, "forgotten_at": now, "receipt_id": receipt["id"],
                      "example_mac": None} for rec, receipt in zip(records, receipts)])
                 self.records.erase_macs(conn, [rec.found for rec in records])

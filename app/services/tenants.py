@@ -166,8 +166,3 @@ def commitment_digests(record_key: bytes, record_ids: list[str]) -> list[bytes]:
         o.update(h.digest())
         out.append(o.digest())
     return out
-
-
-def commitments(record_key: bytes, record_ids: list[str]) -> list[str]:
-    """``commitment`` of many ids (hex)."""
-    return [d.hex() for d in commitment_digests(record_key, record_ids)]
