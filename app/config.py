@@ -30,6 +30,15 @@ class Settings(BaseSettings):
     rate_limit: float | None = Field(
         1000.0, description="Requests per second per API key (in-process token bucket: per replica); empty or 0: off.")
     rate_limit_burst: float | None = Field(None, description="Bucket size; default: the rate (one second's worth).")
+    auth_failure_limit: int = Field(
+        100, ge=0, description="Failed authentications (a bearer token that is neither the admin token nor a live "
+                               "key) one client address may make in a burst; beyond it the address gets 429 until "
+                               "its bucket refills (per process); 0: off.")
+    auth_failure_window: float = Field(
+        60.0, gt=0, allow_inf_nan=False,
+        description="Seconds in which an address's failure bucket refills completely (limit per window).")
+    auth_failure_max_addresses: int = Field(
+        100_000, ge=1, description="Most client addresses whose failures are tracked (about 100 bytes each).")
     record_index_max_entries: int = Field(
         4_000_000, ge=0, description="Learned records whose commitment lookups this process keeps in memory (16 bytes "
                                      "each), over all models; beyond it the least recently used models' indexes are "

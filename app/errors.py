@@ -7,6 +7,8 @@ from typing import Any
 class Problem(Exception):
     """Raise to answer with a problem document.  ``slug`` names the problem type."""
 
-    def __init__(self, status: int, slug: str, detail: str | None = None, **extra: Any):
+    def __init__(self, status: int, slug: str, detail: str | None = None, headers: dict[str, str] | None = None,
+                 **extra: Any):
         super().__init__(detail or slug)
         self.status, self.slug, self.detail, self.extra = status, slug, detail, extra
+        self.headers = headers  # response headers (e.g. Retry-After)

@@ -10,6 +10,11 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{time.time_ns() // 1000:014x}{secrets.token_hex(8)}"
 
 
+def id_pattern(prefix: str) -> str:
+    """The regular expression every ``new_id(prefix)`` matches (a cursor made of an id is checked with it)."""
+    return rf"^{prefix}_[0-9a-f]{{30}}$"
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 

@@ -10,7 +10,7 @@ from fastapi.routing import APIRoute
 
 from .api import admin, audit, models, problems, system
 from .api.limits import BodySizeLimit
-from .api.ratelimit import RateLimit
+from .api.ratelimit import AuthFailureThrottle, RateLimit
 from .config import Settings
 from .crypto import load_cipher
 from .db.migrate import migration_status, upgrade_to_head
@@ -35,6 +35,7 @@ class Context:
     models: ModelService
     idempotency: IdempotencyStore
     metrics: Metrics
+    auth_failures: AuthFailureThrottle | None = None  # failed authentications per client address
 
     def readiness(self) -> dict[str, str]:
         checks = {}
@@ -52,8 +53,25 @@ def _operation_id(route: APIRoute) -> str:
     return route.name  # stable, readable SDK method names (create_model, learn, unlearn, ...)
 
 
+MIN_ADMIN_TOKEN = 32  # characters; a shorter bearer token is guessable
+
+
+class ConfigurationError(RuntimeError):
+    """The settings cannot be served safely; the message says which variable and why."""
+
+
+def check_settings(settings: Settings) -> None:
+    admin = settings.admin_token
+    if admin is not None and len(admin.get_secret_value()) < MIN_ADMIN_TOKEN:
+        raise ConfigurationError(
+            f"OLU_ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN} characters long (it has "
+            f"{len(admin.get_secret_value())}); generate one with "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))', or unset it to serve without an admin.")
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    check_settings(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(settings.resolved_database_url, sqlite_synchronous=settings.sqlite_synchronous)
     if settings.auto_migrate:
@@ -70,7 +88,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     registry = ModelRegistry(cipher=cipher)
     metrics = Metrics()
     ctx = Context(settings, db, keyring, TenantService(db, cipher, settings.auth_cache_seconds),
-                  ModelService(db, registry, ReceiptIssuer(keyring), settings, metrics), IdempotencyStore(db), metrics)
+                  ModelService(db, registry, ReceiptIssuer(keyring), settings, metrics), IdempotencyStore(db), metrics,
+                  AuthFailureThrottle(settings.auth_failure_limit, settings.auth_failure_window,
+                                      settings.auth_failure_max_addresses) if settings.auth_failure_limit else None)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -102,7 +122,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 def __getattr__(name: str):
     """``app.main:app`` builds the application from the environment on first access (uvicorn app.main:app)."""
     if name == "app":
-        application = create_app()
+        try:
+            application = create_app()
+        except ConfigurationError as e:  # a clear one-line refusal instead of a traceback from the ASGI server
+            raise SystemExit(f"olu: refusing to start: {e}") from None
         globals()["app"] = application
         return application
     raise AttributeError(name)

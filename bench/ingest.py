@@ -216,7 +216,7 @@ def run(quick: bool, backends: tuple[str, ...] = ("sqlite", "postgresql"), profi
         for backend in backends:
             tmp = tempfile.mkdtemp(prefix="olu-bench-")
             tmps.append(tmp)
-            admin = "bench-" + secrets.token_hex(8)
+            admin = "bench-" + secrets.token_hex(16)
             env = {"OLU_DATA_DIR": tmp, "OLU_ADMIN_TOKEN": admin, "OLU_SQLITE_SYNCHRONOUS": "FULL",
                    "OLU_LOG_LEVEL": "WARNING"}
             if backend == "postgresql":

@@ -20,7 +20,7 @@ from .ingest import Server, _bodies, _new_model
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 300
-    tmp, admin = tempfile.mkdtemp(), "a" + secrets.token_hex(4)
+    tmp, admin = tempfile.mkdtemp(), "a" + secrets.token_hex(16)
     srv = Server("app.main:app", {"OLU_DATA_DIR": tmp, "OLU_ADMIN_TOKEN": admin, "OLU_SQLITE_SYNCHRONOUS": "FULL",
                                   "OLU_LOG_LEVEL": "WARNING"})
     try:

@@ -1,13 +1,16 @@
 """Tenant and key administration (admin token)."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from typing import Annotated
 
-from ..schemas.api import KeyCreate, KeyCreated, TenantCreate, TenantCreated
+from fastapi import APIRouter, Path, Request, Response
+
+from ..schemas.api import NO_CONTROL, KeyCreate, KeyCreated, TenantCreate, TenantCreated
 from .deps import Admin, get_ctx
 from .problems import responses
 
 router = APIRouter(prefix="/v1/tenants", tags=["admin"])
+Id = Annotated[str, Path(pattern=NO_CONTROL)]
 
 
 @router.post("", status_code=201, response_model=TenantCreated, responses=responses(401, 403, 422))
@@ -17,14 +20,14 @@ def create_tenant(body: TenantCreate, request: Request, _: Admin):
 
 
 @router.post("/{tenant_id}/keys", status_code=201, response_model=KeyCreated, responses=responses(401, 403, 404, 422))
-def create_key(tenant_id: str, body: KeyCreate, request: Request, _: Admin):
+def create_key(tenant_id: Id, body: KeyCreate, request: Request, _: Admin):
     """Create an API key with the given scopes. The key is shown once."""
     return get_ctx(request).tenants.create_key(tenant_id, list(body.scopes), body.label)
 
 
 @router.delete("/{tenant_id}/keys/{key_id}", status_code=204, response_class=Response,
                responses=responses(401, 403, 404))
-def revoke_key(tenant_id: str, key_id: str, request: Request, _: Admin):
+def revoke_key(tenant_id: Id, key_id: Id, request: Request, _: Admin):
     """Revoke a key at once."""
     get_ctx(request).tenants.revoke_key(tenant_id, key_id)
     return Response(status_code=204)

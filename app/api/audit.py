@@ -1,41 +1,58 @@
 """Audit reads: ledger, deletion log, receipts, record status (audit scope)."""
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
+from pydantic import BeforeValidator
 
-from ..schemas.api import ConsistencyProof, ExportBundle, Ledger, Receipt, ReceiptList, RecordStatus, SignedCheckpoint
+from ..schemas.api import (NO_CONTROL, ConsistencyProof, ExportBundle, Ledger, Receipt, ReceiptList, RecordStatus,
+                           SignedCheckpoint)
 from .deps import Auditor, get_ctx
 from .problems import responses
 
 router = APIRouter(prefix="/v1", tags=["audit"])
 Limit = Annotated[int, Query(ge=1, le=200)]
+ModelId = Annotated[str, Path(pattern=NO_CONTROL, description="A model id (no control characters).")]
+# RFC 3339 §5.6 date-time, with its offset (pydantic alone would also take "0.5" as a Unix time, or a date)
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def _rfc3339(value):
+    if isinstance(value, str) and not _RFC3339.fullmatch(value):
+        raise ValueError("must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T12:00:00Z")
+    return value
+
+
+DateTime = Annotated[datetime | None, BeforeValidator(_rfc3339),
+                     Query(description="An RFC 3339 date-time with an offset, e.g. 2026-01-31T12:00:00Z.")]
 
 
 @router.get("/models/{model_id}/ledger", response_model=Ledger, responses=responses(401, 403, 404))
-def get_ledger(model_id: str, request: Request, p: Auditor):
+def get_ledger(model_id: ModelId, request: Request, p: Auditor):
     """The privacy ledger with every entry (also for deleted models)."""
     return get_ctx(request).models.ledger(p.tenant_id, model_id)
 
 
 @router.get("/models/{model_id}/deletions", response_model=ReceiptList, responses=responses(401, 403, 404, 422))
-def list_deletions(model_id: str, request: Request, p: Auditor,
+def list_deletions(model_id: ModelId, request: Request, p: Auditor,
                    cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None, limit: Limit = 50,
-                   since: datetime | None = None, until: datetime | None = None):
+                   since: DateTime = None, until: DateTime = None):
     """The model's deletion receipts in log order, with cursor pagination and an optional issued-at window
     (``since`` inclusive, ``until`` exclusive); also for deleted models."""
     return get_ctx(request).models.deletions(p.tenant_id, model_id, cursor, limit, since, until)
 
 
 @router.get("/receipts/{receipt_id}", response_model=Receipt, responses=responses(401, 403, 404))
-def get_receipt(receipt_id: str, request: Request, p: Auditor):
+def get_receipt(receipt_id: Annotated[str, Path(pattern=NO_CONTROL)], request: Request, p: Auditor):
     return get_ctx(request).models.receipt(p.tenant_id, receipt_id)
 
 
 @router.get("/audit/records/{record_id}", response_model=RecordStatus, responses=responses(401, 403, 404))
-def get_record_status(record_id: Annotated[str, Path(max_length=256)], request: Request, p: Auditor):
+def get_record_status(record_id: Annotated[str, Path(max_length=256, pattern=NO_CONTROL)], request: Request,
+                      p: Auditor):
     """Where a client record id was learned and whether it was forgotten, across the tenant's models."""
     return get_ctx(request).models.record_status(p.tenant_id, record_id)
 
@@ -54,7 +71,8 @@ def get_consistency(request: Request, p: Auditor, from_size: Annotated[int, Quer
 
 
 @router.get("/audit/export", response_model=ExportBundle, responses=responses(401, 403, 404, 422))
-def export_bundle(request: Request, p: Auditor, record_id: Annotated[str | None, Query(max_length=256)] = None,
-                  model_id: str | None = None):
+def export_bundle(request: Request, p: Auditor,
+                  record_id: Annotated[str | None, Query(max_length=256, pattern=NO_CONTROL)] = None,
+                  model_id: Annotated[str | None, Query(pattern=NO_CONTROL)] = None):
     """An offline-verifiable bundle for one record (across the tenant's models) or one model's deletions."""
     return get_ctx(request).models.export(p.tenant_id, record_id, model_id)

@@ -26,9 +26,19 @@ def _bearer(request: Request) -> str:
 
 
 async def authenticate(request: Request) -> Principal:
-    """Async: a cached key is checked on the event loop; only a database lookup goes to a worker thread."""
+    """Async: a cached key is checked on the event loop; only a database lookup goes to a worker thread.
+
+    A token that is neither the admin token nor a live key counts as a failure of the client's address
+    (whatever the token); an address over its failure limit gets 429 before its token is even looked at."""
     token = _bearer(request)
     ctx = get_ctx(request)
+    throttle = ctx.auth_failures
+    host = request.client.host if request.client else None
+    if throttle is not None:
+        retry_after = throttle.retry_after(host)
+        if retry_after:
+            raise Problem(429, "rate-limited", "Too many failed authentications from this address; "
+                          f"retry after {retry_after} s.", headers={"Retry-After": str(retry_after)})
     admin = ctx.settings.admin_token
     if admin is not None and hmac.compare_digest(token.encode(), admin.get_secret_value().encode()):
         return Principal(None, frozenset(), None, is_admin=True)
@@ -36,6 +46,8 @@ async def authenticate(request: Request) -> Principal:
     if principal is None:
         principal = await run_in_threadpool(ctx.tenants.authenticate, token)
     if principal is None:
+        if throttle is not None:
+            throttle.failed(host)
         raise Problem(401, "unauthorized", "Unknown or revoked key.")
     return principal
 

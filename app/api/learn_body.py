@@ -11,6 +11,7 @@ numbers only and finite (422 validation-error); the service then checks the batc
 """
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from ..schemas.api import LearnRequest, RecordId
 
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 _IDS = TypeAdapter(list[RecordId])
+_NUMBER_TYPES = {float, int}  # what JSON and msgpack numbers decode to (bool is a subclass of int: not listed)
 
 
 @dataclass
@@ -92,6 +94,10 @@ def _floats(value: Any, name: str, n: int | None) -> np.ndarray:
     if name == "x" and not all(isinstance(row, list) for row in value):
         i = next(i for i, row in enumerate(value) if not isinstance(row, list))
         raise _error((name, i), "Input should be a valid list", "list_type")
+    # numbers only, as the per-example shape (strict floats): numpy would turn true into 1.0 and "0.5" into 0.5
+    leaves = itertools.chain.from_iterable(value) if name == "x" else value
+    if not set(map(type, leaves)) <= _NUMBER_TYPES:
+        raise _error((name,), "Input should be a valid number", "float_type")
     try:
         arr = np.array(value, dtype=np.float64)
     except ValueError as e:

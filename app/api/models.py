@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from ..schemas.api import (LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
+from ..ids import id_pattern
+from ..schemas.api import (NO_CONTROL, LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
                            PredictResponse, RetrainResponse, UnlearnRequest, UnlearnResponse)
 from . import idempotent
 from .json_body import json_body, openapi_body
@@ -16,6 +17,8 @@ from .problems import responses
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 Limit = Annotated[int, Query(ge=1, le=200)]
+ModelId = Annotated[str, Path(pattern=NO_CONTROL, description="A model id (no control characters).")]
+Cursor = Annotated[str | None, Query(pattern=id_pattern("mdl"), description="The next_cursor of the previous page.")]
 IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255,
                                        description="Retries with the same key and body return the first answer.")]
 
@@ -28,18 +31,18 @@ def create_model(body: ModelCreate, request: Request, p: Writer, idempotency_key
 
 
 @router.get("", response_model=ModelList, responses=responses(401, 403, 422))
-def list_models(request: Request, p: AnyKey, cursor: str | None = None, limit: Limit = 50):
+def list_models(request: Request, p: AnyKey, cursor: Cursor = None, limit: Limit = 50):
     """The tenant's models, oldest first, with cursor pagination."""
     return get_ctx(request).models.list(p.tenant_id, cursor, limit)
 
 
 @router.get("/{model_id}", response_model=Model, responses=responses(401, 403, 404))
-def get_model(model_id: str, request: Request, p: AnyKey):
+def get_model(model_id: ModelId, request: Request, p: AnyKey):
     return get_ctx(request).models.get(p.tenant_id, model_id)
 
 
 @router.delete("/{model_id}", status_code=204, response_class=Response, responses=responses(401, 403, 404))
-def delete_model(model_id: str, request: Request, p: Writer):
+def delete_model(model_id: ModelId, request: Request, p: Writer):
     """Delete a model: secret state, records and data are erased; receipts and the log are kept."""
     get_ctx(request).models.delete(p.tenant_id, model_id)
     return Response(status_code=204)
@@ -52,7 +55,7 @@ async def _raw_body(request: Request) -> bytes:
 # The hot routes are async and make one worker-thread hop for the blocking part (decode, service call, encode).
 @router.post("/{model_id}/learn", response_model=LearnResponse, responses=responses(401, 403, 404, 409, 413, 422),
              openapi_extra=openapi_request_body())
-async def learn(model_id: str, request: Request, p: Writer, raw: Annotated[bytes, Depends(_raw_body)],
+async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[bytes, Depends(_raw_body)],
                 idempotency_key: IdemKey = None):
     """Learn a batch of examples in order. Record ids must be new to the model; the batch is all-or-nothing.
 
@@ -92,7 +95,7 @@ def install_openapi(app) -> None:
 
 @router.post("/{model_id}/unlearn", response_model=UnlearnResponse,
              responses=responses(401, 403, 404, 409, 413, 422), openapi_extra=openapi_body(UnlearnRequest))
-async def unlearn(model_id: str, request: Request, p: Writer,
+async def unlearn(model_id: ModelId, request: Request, p: Writer,
                   body: Annotated[UnlearnRequest, Depends(json_body(UnlearnRequest))], idempotency_key: IdemKey = None):
     """Forget records by id. Each forgotten record gets a signed certificate receipt; all-or-nothing."""
     models = get_ctx(request).models
@@ -102,7 +105,7 @@ async def unlearn(model_id: str, request: Request, p: Writer,
 
 
 @router.post("/{model_id}/retrain", response_model=RetrainResponse, responses=responses(401, 403, 404, 409, 422))
-def retrain(model_id: str, request: Request, p: Writer, idempotency_key: IdemKey = None):
+def retrain(model_id: ModelId, request: Request, p: Writer, idempotency_key: IdemKey = None):
     """Exact retrain on the retained examples (data-holding families): starts a new ledger epoch."""
     return idempotent.run(request, p.tenant_id, None, RetrainResponse, 200,
                           lambda guard: get_ctx(request).models.retrain(p.tenant_id, model_id, guard))
@@ -110,7 +113,7 @@ def retrain(model_id: str, request: Request, p: Writer, idempotency_key: IdemKey
 
 @router.post("/{model_id}/predict", response_model=PredictResponse, responses=responses(401, 403, 404, 413, 422),
              openapi_extra=openapi_body(PredictRequest))
-async def predict(model_id: str, request: Request, p: Predictor,
+async def predict(model_id: ModelId, request: Request, p: Predictor,
                   body: Annotated[PredictRequest, Depends(json_body(PredictRequest))]):
     """Predict with the published parameters."""
     models = get_ctx(request).models
@@ -121,6 +124,6 @@ async def predict(model_id: str, request: Request, p: Predictor,
 
 
 @router.get("/{model_id}/parameters", response_model=Parameters, responses=responses(401, 403, 404))
-def get_parameters(model_id: str, request: Request, p: Predictor):
+def get_parameters(model_id: ModelId, request: Request, p: Predictor):
     """The published (noisy) parameters: the only parameters that ever leave the service."""
     return get_ctx(request).models.parameters(p.tenant_id, model_id)

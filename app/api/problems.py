@@ -91,7 +91,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem):
         count(exc.slug)
-        return problem_response(exc.status, exc.slug, exc.detail, instance=request.url.path, **exc.extra)
+        return problem_response(exc.status, exc.slug, exc.detail, headers=exc.headers, instance=request.url.path,
+                                **exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):

@@ -1,14 +1,24 @@
-"""Per-API-key rate limiting: an in-process token bucket, 429 + Retry-After beyond it.
+"""Rate limits: per API key (all requests), and per client address (failed authentications only).
 
+**Per key.**
 The bucket is keyed by a hash of the bearer token (so unknown and revoked tokens are limited too, and the
 raw token is never kept).  It is **per process**: N replicas behind a load balancer allow up to N times the
 configured rate in total.  ``OLU_RATE_LIMIT`` is requests per second per key (burst = the same number, or
 ``OLU_RATE_LIMIT_BURST``); empty or 0 turns the limiter off.  Requests without a bearer token are not
 limited here (they can only reach public endpoints or get 401).
+
+**Failed authentications, per client address** (``AuthFailureThrottle``): every request whose bearer token is
+neither the admin token nor a live API key takes one token from its address's bucket, whatever the token, so
+rotating guesses are limited too.  The bucket holds ``OLU_AUTH_FAILURE_LIMIT`` failures and refills at
+``OLU_AUTH_FAILURE_LIMIT`` per ``OLU_AUTH_FAILURE_WINDOW`` seconds; while it is empty, every request from that
+address that presents a token is answered 429 + Retry-After before the token is looked at (so a guess cannot
+succeed meanwhile).  Addresses that never fail are not tracked; at most ``OLU_AUTH_FAILURE_MAX_ADDRESSES`` are
+(least recently failing forgotten first).  IPv6 clients are counted per /64, the block one host usually holds.
 """
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import math
 import threading
@@ -27,6 +37,16 @@ class TokenBuckets:
         self._buckets: OrderedDict[bytes, tuple[float, float]] = OrderedDict()  # key -> (tokens, last time)
         self._lock = threading.Lock()
 
+    def wait(self, key: bytes) -> float:
+        """Seconds until ``key`` has a token again (0: it has one now); takes nothing, tracks nothing new."""
+        now = self.clock()
+        with self._lock:
+            entry = self._buckets.get(key)
+        if entry is None:
+            return 0.0
+        tokens = min(self.burst, entry[0] + (now - entry[1]) * self.rate)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+
     def take(self, key: bytes) -> float:
         """0 when the request may proceed, else the seconds until a token is available."""
         now = self.clock()
@@ -42,6 +62,36 @@ class TokenBuckets:
             while len(self._buckets) > self.max_keys:  # forget the least recently seen keys (they are full)
                 self._buckets.popitem(last=False)
         return wait
+
+
+class AuthFailureThrottle:
+    """Failed authentications per client address (see the module docstring)."""
+
+    def __init__(self, limit: int, window_seconds: float, max_addresses: int = 100_000, clock=time.monotonic):
+        self.limit, self.window = int(limit), float(window_seconds)
+        self.buckets = TokenBuckets(self.limit / self.window, self.limit, max_keys=max_addresses, clock=clock)
+
+    @staticmethod
+    def address_key(host: str | None) -> bytes:
+        if not host:
+            return b"?"
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:  # not an IP (a unix socket path, a test client name): the string itself
+            return host.encode("utf-8", "replace")
+        if ip.version == 6:
+            if ip.ipv4_mapped is not None:  # ::ffff:a.b.c.d is the IPv4 client a.b.c.d
+                return ip.ipv4_mapped.packed
+            return ipaddress.ip_network(f"{ip}/64", strict=False).network_address.packed
+        return ip.packed
+
+    def retry_after(self, host: str | None) -> int:
+        """0 when ``host`` may try to authenticate, else whole seconds to wait (Retry-After)."""
+        wait = self.buckets.wait(self.address_key(host))
+        return max(1, math.ceil(wait)) if wait > 0 else 0
+
+    def failed(self, host: str | None) -> None:
+        self.buckets.take(self.address_key(host))
 
 
 class RateLimit:

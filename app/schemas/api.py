@@ -9,9 +9,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 # SQLite returns naive datetimes even for DateTime(timezone=True) columns: every stored time is UTC, say so
 # (an RFC 3339 date-time needs the offset)
 UtcDatetime = Annotated[datetime, AfterValidator(lambda d: d if d.tzinfo else d.replace(tzinfo=timezone.utc))]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
-PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-RecordId = Annotated[str, Field(min_length=1, max_length=256, description="The client's record id.")]
+# Numbers are strict: a JSON number (an integer is fine), never a boolean or a numeric string.
+Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+PositiveFinite = Annotated[float, Field(gt=0, strict=True, allow_inf_nan=False)]
+# Ids and names never carry control characters (C0 and DEL): they end up in logs, receipts and databases
+# (PostgreSQL refuses NUL in text).
+NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
+RecordId = Annotated[str, Field(min_length=1, max_length=256, pattern=NO_CONTROL,
+                                description="The client's record id (no control characters).")]
 Scope = Literal["write", "predict", "audit"]
 LossName = Literal["logistic", "squared", "huber"]
 
@@ -22,7 +27,7 @@ class Strict(BaseModel):
 
 # ---- tenants and keys ---------------------------------------------------------------------------------
 class TenantCreate(Strict):
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200, pattern=NO_CONTROL)
 
 
 class TenantCreated(BaseModel):
@@ -33,7 +38,7 @@ class TenantCreated(BaseModel):
 
 class KeyCreate(Strict):
     scopes: list[Scope] = Field(min_length=1, max_length=3)
-    label: str | None = Field(None, max_length=200)
+    label: str | None = Field(None, max_length=200, pattern=NO_CONTROL)
 
 
 class KeyCreated(BaseModel):
@@ -64,17 +69,17 @@ class Bounds(Strict):
 
 class PrivacyTarget(Strict):
     epsilon: PositiveFinite = Field(1.0, description="Target epsilon of the (epsilon, delta) guarantee.")
-    delta: float = Field(1e-6, ge=1e-300, lt=1, description="Target delta (at least 1e-300: log(1/delta) must be finite).")
+    delta: float = Field(1e-6, ge=1e-300, lt=1, strict=True, description="Target delta (at least 1e-300: log(1/delta) must be finite).")
 
 
 class ModelCreate(Strict):
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200, pattern=NO_CONTROL)
     algorithm: str = Field("passive_olu", description="Model family; see GET /v1/algorithms.")
     loss: LossName = "logistic"
-    dim: int = Field(ge=1, description="Number of features.")
+    dim: int = Field(ge=1, strict=True, description="Number of features.")
     bounds: Bounds
     domain_radius: PositiveFinite = Field(10.0, description="Parameters live in the L2 ball of this radius.")
-    l2: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(0.01, description="L2 regularisation (mu).")
+    l2: Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)] = Field(0.01, description="L2 regularisation (mu).")
     privacy: PrivacyTarget = Field(default_factory=PrivacyTarget)
     hyperparameters: dict[str, Any] = Field(default_factory=dict, description="Family-specific, all defaulted.")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -19,7 +20,7 @@ from ..db.session import Database
 from ..db.record_batches import Found, RecordBook
 from ..db.tables import LedgerEntry, Model, ModelState, Receipt, Record, RecordBatch, Tenant
 from ..errors import Problem
-from ..ids import new_id, utcnow
+from ..ids import id_pattern, new_id, utcnow
 from ..registry import (ModelRegistry, build_spec, loss_for, published_array, published_bytes, spec_from_json,
                         spec_to_json)
 from ..unlearning import (ArrayRetained, CapacityExhausted, ForgetError, InputError, NotDeletable, SpecError, Unlearner,
@@ -31,6 +32,7 @@ from .receipts import ReceiptIssuer, guarantee_of, is_restart
 from .tenants import commitment, commitment_digests, example_mac, lookup_key, open_record_key
 
 IN_CHUNK = 500  # bound on bound parameters per IN (...) query
+_MODEL_CURSOR = re.compile(id_pattern("mdl"))  # a models page's next_cursor is the last model id
 _KEEP = object()
 
 
@@ -214,6 +216,8 @@ class ModelService:
             return self.view(self._row(s, tenant_id, model_id))
 
     def list(self, tenant_id: str, cursor: str | None, limit: int) -> dict[str, Any]:
+        if cursor is not None and not _MODEL_CURSOR.fullmatch(cursor):
+            raise Problem(422, "validation-error", "cursor must be a value returned as next_cursor.")
         q = select(Model).where(Model.tenant_id == tenant_id, Model.status != "deleted")
         if cursor:
             q = q.where(Model.id > cursor)
