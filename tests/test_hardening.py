@@ -44,14 +44,14 @@ def _from(srv, address: str, token: str | None = None) -> httpx.Client:
 
 
 # ---- failed authentication, per client address ------------------------------------------------------------
+LIMIT = 100  # the production default (OLU_AUTH_FAILURE_LIMIT), checked in test_rotating_admin_token_guesses_hit_429
+
+
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory):
     """A server with the production defaults of the failure throttle (100 failures per 60 s per address)."""
-    from app.config import Settings
-
     d = tmp_path_factory.mktemp("guarded")
-    srv, (uv, thread) = start_server(f"sqlite:///{d / 'olu.db'}", d, "sqlite",
-                                     auth_failure_limit=Settings.model_fields["auth_failure_limit"].default)
+    srv, (uv, thread) = start_server(f"sqlite:///{d / 'olu.db'}", d, "sqlite", auth_failure_limit=LIMIT)
     yield srv
     uv.should_exit = True
     thread.join(timeout=10)
@@ -67,13 +67,11 @@ def _assert_throttled(codes: list[int], limit: int):
 
 def test_rotating_admin_token_guesses_hit_429(guarded):
     _, key = guarded.new_tenant("bystander")
-    limit = guarded.app.state.ctx.settings.auth_failure_limit
-    assert limit == 100
     with _from(guarded, "127.0.0.2") as attacker:
         rs = [attacker.post("/v1/tenants", json={"name": "x"},
                             headers={"authorization": f"Bearer guess-{i:04d}-" + "g" * 30}) for i in range(500)]
         codes = [r.status_code for r in rs]
-        _assert_throttled(codes, limit)
+        _assert_throttled(codes, LIMIT)
         throttled = next(r for r in rs if r.status_code == 429)
         body = _problem(throttled, 429, "rate-limited")
         assert "failed authentication" in body["detail"]
@@ -92,18 +90,21 @@ def test_rotating_admin_token_guesses_hit_429(guarded):
         assert c.get("/v1/models").status_code == 200
     with _from(guarded, "127.0.0.4", key) as other:
         assert other.get("/v1/models").status_code == 200
+    from app.config import Settings
+
+    assert Settings.model_fields["auth_failure_limit"].default == LIMIT
+    assert Settings.model_fields["auth_failure_window"].default == 60.0
 
 
 def test_rotating_api_key_guesses_hit_429(guarded):
     _, key = guarded.new_tenant("victim")
-    limit = guarded.app.state.ctx.settings.auth_failure_limit
     prefix = key.rsplit("_", 1)[0]  # a real key's id, with guessed secrets
     with _from(guarded, "127.0.0.3") as attacker:
         codes = [attacker.get("/v1/models", headers={"authorization": f"Bearer {prefix}_guess{i:05d}"}).status_code
                  for i in range(250)]
         codes += [attacker.get("/v1/models", headers={"authorization": f"Bearer olu_{i:012x}_guess"}).status_code
                   for i in range(250)]
-    _assert_throttled(codes, limit)
+    _assert_throttled(codes, LIMIT)
     with guarded.client(key) as c:
         assert c.get("/v1/models").status_code == 200
 
@@ -206,7 +207,7 @@ def test_booleans_and_strings_are_not_numbers(fresh):
                  {**base, "privacy": {"epsilon": 1.0, "delta": True}}):
         _problem(c.post("/v1/models", json=spec), 422, "validation-error")
     # integers are numbers
-    assert c.post("/v1/models", json={**base, "bounds": {"x_norm": 1}, "domain_radius": 10, "l2": 0}).status_code == 201
+    assert c.post("/v1/models", json={**base, "bounds": {"x_norm": 1}, "domain_radius": 10, "l2": 1}).status_code == 201
     assert c.post(f"/v1/models/{mid}/predict", json={"x": [[1, 0]]}).status_code == 200
     assert c.post(f"/v1/models/{mid}/learn", json={"examples": [{"id": "int", "x": [0, 1], "y": 1}]}).status_code == 200
     assert c.post(f"/v1/models/{mid}/learn", json={"ids": ["int2"], "x": [[1, 0]], "y": [0]}).status_code == 200
