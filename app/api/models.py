@@ -40,7 +40,9 @@ def get_model(model_id: str, request: Request, p: AnyKey):
 
 @router.delete("/{model_id}", status_code=204, response_class=Response, responses=responses(401, 403, 404))
 def delete_model(model_id: str, request: Request, p: Writer):
-    """Delete a model: secret state, records and data are erased; receipts and the log are kept."""
+    """Delete a model: secret state, records and data are erased, and one signed erasure receipt is appended to
+    the tenant's log (see the ledger's ``erasure_receipt_id``); receipts and the log are kept. A deleted model is
+    404, so a retry issues no second receipt."""
     get_ctx(request).models.delete(p.tenant_id, model_id)
     return Response(status_code=204)
 
