@@ -38,7 +38,8 @@ def get_receipt(receipt_id: str, request: Request, p: Auditor):
     return get_ctx(request).models.receipt(p.tenant_id, receipt_id)
 
 
-@router.get("/audit/records/{record_id}", response_model=RecordStatus, responses=responses(401, 403, 404))
+@router.get("/audit/records/{record_id}", response_model=RecordStatus, response_model_exclude_unset=True,
+            responses=responses(401, 403, 404))
 def get_record_status(record_id: Annotated[str, Path(max_length=256)], request: Request, p: Auditor):
     """Where a client record id was learned and whether it was forgotten, or erased with a deleted model, across
     the tenant's models."""

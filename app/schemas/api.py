@@ -363,7 +363,7 @@ class RecordModelStatus(BaseModel):
         "was deleted while it held the record: receipt_id is the model's erasure receipt, erased_at its time)."))
     step: int
     receipt_id: str | None = None
-    erased_at: UtcDatetime | None = None
+    erased_at: UtcDatetime | None = Field(None, description="Only with erased_with_model: when the model was deleted.")
 
 
 class RecordStatus(BaseModel):
