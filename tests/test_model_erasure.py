@@ -284,3 +284,44 @@ def _tenant_of(server, model_id: str) -> str:
 
     with server.app.state.ctx.db.read() as s:
         return s.get(Model, model_id).tenant_id
+
+
+def test_tenant_deletion_interrupted_is_finished_by_a_retry(server):
+    """Keys revoked and the tenant marked, then a failure before its models are erased: the next DELETE erases
+    them (one receipt each) instead of answering 404; once nothing is left, DELETE is 404."""
+    tenant_id, key = server.new_tenant("interrupted")
+    with server.client(key) as c:
+        mid, _ = _model_with_history(c)
+    ctx = server.app.state.ctx
+
+    class Broken:
+        def erase_tenant_models(self, s, tenant_id):
+            raise RuntimeError("crash between the two transactions")
+
+    with pytest.raises(RuntimeError):
+        ctx.tenants.delete_tenant(tenant_id, Broken())
+    with server.client(key) as c:
+        assert c.get("/v1/models").status_code == 401  # the keys went in the first transaction
+    with server.admin() as adm:
+        r = adm.delete(f"/v1/tenants/{tenant_id}")
+        assert r.status_code == 200, r.text
+        assert [m["model_id"] for m in r.json()["models_erased"]] == [mid] and r.json()["keys_revoked"] == 0
+        assert adm.delete(f"/v1/tenants/{tenant_id}").status_code == 404
+
+
+def test_concurrent_deletes_issue_one_receipt(server, tenant):
+    import concurrent.futures
+
+    _, c = tenant
+    mid, _ = _model_with_history(c)
+    size = _log_size(c)
+    key = c.headers["authorization"].split()[1]
+
+    def delete(_):
+        with server.client(key) as k:
+            return k.delete(f"/v1/models/{mid}").status_code
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        codes = sorted(pool.map(delete, range(4)))
+    assert codes == [204, 404, 404, 404]
+    assert _log_size(c) == size + 1

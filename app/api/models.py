@@ -20,7 +20,7 @@ IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255,
                                        description="Retries with the same key and body return the first answer.")]
 
 
-@router.post("", status_code=201, response_model=Model, responses=responses(401, 403, 422))
+@router.post("", status_code=201, response_model=Model, responses=responses(401, 403, 404, 422))
 def create_model(body: ModelCreate, request: Request, p: Writer, idempotency_key: IdemKey = None):
     """Create a model. Its public constants and privacy calibration derive from the declared bounds."""
     return idempotent.run(request, p.tenant_id, body, Model, 201,

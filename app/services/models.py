@@ -200,6 +200,10 @@ class ModelService:
             published_at=now, created_at=now, updated_at=now,
         )
         with self.db.write() as s:
+            # a deleted tenant gets no new model (the share lock orders this against DELETE /v1/tenants/{id})
+            q = select(Tenant.deleted_at).where(Tenant.id == tenant_id)
+            if s.execute(q if self.db.is_sqlite else q.with_for_update(read=True)).scalar_one_or_none() is not None:
+                raise Problem(404, "tenant-not-found", "This tenant is deleted.")
             s.add(row)
             s.flush()
             s.add(ModelState(model_id=model_id, version=1, blob=self.registry.dump(engine, model_id)))

@@ -77,26 +77,38 @@ class TenantService:
             self._auth_cache = {h: e for h, e in self._auth_cache.items() if e[1].key_id != key_id}
 
     def delete_tenant(self, tenant_id: str, models) -> dict:
-        """Erase every live model of the tenant (``models.erase_tenant_models``: one erasure receipt each, the same
-        code path as DELETE /v1/models/{id}), revoke every key and mark the tenant deleted, in one transaction.
+        """Delete a tenant: revoke every key and mark it deleted (one transaction, so no new model can be created:
+        ``ModelService.create`` reads the mark under a share lock), then erase every live model of the tenant
+        (``models.erase_tenant_models``: one signed erasure receipt each, the same code path as
+        DELETE /v1/models/{id}) in a second transaction that takes the models' locks in the order every other
+        write does (model, then the tenant's log), so it never deadlocks with a concurrent unlearn.
 
-        Kept for audit: the tenant row (name, sealed record key, log size), its signed log (receipts, Merkle nodes,
-        checkpoints), the deleted models' public rows and ledgers, and the erased records' commitments."""
+        Retry-safe: a deleted tenant that still has live models (a crash between the two transactions) has them
+        erased by the next call; a deleted tenant without live models is 404.  Kept for audit: the tenant row
+        (name, sealed record key, log size), its signed log (receipts, Merkle nodes, checkpoints), the deleted
+        models' public rows and ledgers, and the erased records' commitments (docs/operations.md)."""
         with self.db.write() as s:
             q = select(Tenant).where(Tenant.id == tenant_id)
             tenant = s.scalars(q if self.db.is_sqlite else q.with_for_update()).first()
-            if tenant is None or tenant.deleted_at is not None:
+            if tenant is None:
                 raise Problem(404, "tenant-not-found", f"No tenant {tenant_id}.")
-            receipts = models.erase_tenant_models(s, tenant_id)
-            now = utcnow()
-            revoked = s.execute(update(ApiKey).where(ApiKey.tenant_id == tenant_id, ApiKey.revoked_at.is_(None))
-                                .values(revoked_at=now)).rowcount
-            tenant.deleted_at = now
-        models.evict(r["model_id"] for r in receipts)
+            already = tenant.deleted_at is not None
+            revoked = 0
+            if not already:
+                tenant.deleted_at = utcnow()
+                revoked = s.execute(update(ApiKey).where(ApiKey.tenant_id == tenant_id,
+                                                         ApiKey.revoked_at.is_(None))
+                                    .values(revoked_at=tenant.deleted_at)).rowcount
+            deleted_at = tenant.deleted_at
         with self._auth_lock:
             self._revocations += 1
             self._auth_cache = {h: e for h, e in self._auth_cache.items() if e[1].tenant_id != tenant_id}
-        return {"tenant_id": tenant_id, "deleted_at": now, "keys_revoked": int(revoked),
+        with self.db.write() as s:
+            receipts = models.erase_tenant_models(s, tenant_id)
+        models.evict(r["model_id"] for r in receipts)
+        if already and not receipts:
+            raise Problem(404, "tenant-not-found", f"No tenant {tenant_id}.")
+        return {"tenant_id": tenant_id, "deleted_at": deleted_at, "keys_revoked": int(revoked),
                 "models_erased": [{"model_id": r["model_id"], "erasure_receipt_id": r["id"]} for r in receipts]}
 
     @staticmethod
