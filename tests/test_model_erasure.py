@@ -325,3 +325,68 @@ def test_concurrent_deletes_issue_one_receipt(server, tenant):
         codes = sorted(pool.map(delete, range(4)))
     assert codes == [204, 404, 404, 404]
     assert _log_size(c) == size + 1
+
+
+# ---- the verifier's erasure checks, offline -----------------------------------------------------------------
+def _signed_erasure(**changes):
+    from app.receipts.canonical import erased_records_sha256
+    from app.receipts.keys import KeyRing, SigningKey
+
+    ring = KeyRing(SigningKey.generate())
+    commits = [hashlib.sha256(bytes([i])).hexdigest() for i in range(3)]
+    body = {"id": "rcp_x", "kind": "model_erasure", "tenant_id": "ten_x", "model_id": "mdl_x", "algorithm": "retrain",
+            "mechanism": {"type": "exact", "sigma": 0.0, "sensitivity": 0.0, "rho": 0.0},
+            "guarantee": {"definition": "exact", "epsilon": 0.0, "delta": 0.0, "statement": "gone"},
+            "records": {"erased": 3, "commitments_sha256": erased_records_sha256(commits)},
+            "records_learned": 4, "records_forgotten_before": 1, "model_version": 7,
+            "issued_at": "2026-11-25T08:00:00.000000Z", "log_index": 0}
+    for path, value in changes.items():
+        *head, last = path.split(".")
+        target = body
+        for k in head:
+            target = target[k]
+        target[last] = value
+    return ring.sign_receipt(body), commits, ring.public_keys()
+
+
+@pytest.mark.parametrize("changes, reason", [
+    ({}, None),
+    ({"mechanism.rho": 1e-3}, "mechanism is not exact"),
+    ({"mechanism.type": "gaussian"}, "mechanism is not exact"),
+    ({"guarantee.epsilon": 0.5}, "guarantee is not exact"),
+    ({"records.erased": 4}, "only 3 were held"),
+    ({"records.erased": -1}, "records must give"),
+    ({"records.commitments_sha256": "ab"}, "records must give"),
+    ({"records_forgotten_before": 5}, "0 <= forgotten <= learned"),
+])
+def test_verifier_checks_the_terms_of_an_erasure(changes, reason):
+    from app.receipts.verify import VerificationReport, verify_receipt
+
+    receipt, _, keys = _signed_erasure(**changes)
+    report = VerificationReport()
+    verify_receipt(receipt, keys, report)
+    by = {c.check: c for c in report.checks}
+    assert by["receipt.signature"].ok  # validly signed: only the terms can be wrong
+    assert by["receipt.erasure"].ok == (reason is None), by["receipt.erasure"]
+    if reason:
+        assert reason in by["receipt.erasure"].detail
+
+
+def test_verifier_checks_the_erased_commitments():
+    receipt, commits, keys = _signed_erasure()
+
+    def records_check(entry):
+        report = verify_bundle({"receipts": [], "erasures": [entry]}, keys)
+        return {c.check: c for c in report.checks}["erasure[0].records"]
+
+    assert records_check({"receipt": receipt, "commitments": sorted(commits)}).ok
+    assert records_check({"receipt": receipt, "commitments": commits[::-1]}).ok  # the hash sorts
+    assert not records_check({"receipt": receipt, "commitments": commits[:2]}).ok
+    assert not records_check({"receipt": receipt, "commitments": commits[:2] + commits[:1]}).ok
+    assert not records_check({"receipt": receipt, "commitments": commits[:2] + ["f" * 64]}).ok
+    assert not records_check({"receipt": receipt, "commitments": commits[:2] + ["xyz"]}).ok
+    assert not verify_bundle({"receipts": [], "erasures": "nope"}, keys).ok
+    assert not verify_bundle({"receipts": [], "erasures": [{"commitments": []}]}, keys).ok
+    certificate = {k: v for k, v in receipt.items() if k != "kind"}
+    report = verify_bundle({"erasures": [{"receipt": certificate, "commitments": None}]}, keys)
+    assert "erasure[0].erasure" in {c.check for c in report.failures()}
