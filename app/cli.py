@@ -102,12 +102,13 @@ def signing_rotate(grace_seconds: int = typer.Option(300, help="how long the old
 def verify(bundle: Path = typer.Argument(..., help="an export bundle, or a single receipt, as JSON"),
            keys: Optional[Path] = typer.Option(None, help="public keys (GET /v1/keys answer) as JSON"),
            server: Optional[str] = typer.Option(None, help="fetch the public keys from this service instead")):
-    """Verify receipts offline: signature, canonical form, inclusion, checkpoint, consistency."""
+    """Verify receipts offline: signature, canonical form, inclusion, checkpoint, consistency; for erasure receipts
+    of deleted models also their exact terms and, in a model's bundle, the erased records' count and hash."""
     from .receipts.verify import _strict_loads, verify_bundle
 
     data = _strict_loads(bundle.read_bytes())
-    if isinstance(data, dict) and "receipts" not in data and "consistency" not in data:
-        data = {"receipts": [data]}  # a single receipt as served by GET /v1/receipts/{id}
+    if isinstance(data, dict) and not {"receipts", "erasures", "consistency"} & set(data):
+        data = {"receipts": [data]}  # a single receipt (certificate or erasure) as served by GET /v1/receipts/{id}
     if keys is not None:
         trusted = _strict_loads(keys.read_bytes())
     elif server is not None:

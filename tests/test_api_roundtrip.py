@@ -112,16 +112,17 @@ def test_delete_model_erases_state_keeps_receipts(server, tenant):
     assert c.post(f"/v1/models/{mid}/predict", json={"x": [[0, 0]]}).status_code == 404
     assert c.get(f"/v1/receipts/{rid}").status_code == 200
     assert [d["id"] for d in c.get(f"/v1/models/{mid}/deletions").json()["items"]] == [rid]
-    # the forgotten record still shows with its receipt; the merely learned ones are erased
+    # the forgotten record still shows with its receipt; the merely learned ones were erased with the model
     assert c.get("/v1/audit/records/rec-2").json()["models"][0]["receipt_id"] == rid
-    assert c.get("/v1/audit/records/rec-1").status_code == 404
+    assert c.get("/v1/audit/records/rec-1").json()["models"][0]["status"] == "erased_with_model"
     from sqlalchemy import select
 
-    from app.db.tables import ModelState, Record
+    from app.db.tables import ModelState, Record, RecordBatch
 
     db = server.app.state.ctx.db
-    with db.read() as s:
-        assert s.scalars(select(Record).where(Record.model_id == mid)).first() is None
+    with db.read() as s:  # of the records only their commitments remain, marked erased (test_model_erasure.py)
+        assert {r.status for r in s.scalars(select(Record).where(Record.model_id == mid))} == {"erased"}
+        assert s.scalars(select(RecordBatch).where(RecordBatch.model_id == mid)).first() is None
         assert s.get(ModelState, mid) is None
 
 

@@ -40,6 +40,7 @@ ENDPOINTS = [
     ("POST", "/v1/tenants", {"name": "intruder"}, "admin"),
     ("POST", "/v1/tenants/{tenant_id}/keys", {"scopes": ["write"]}, "admin"),
     ("DELETE", "/v1/tenants/{tenant_id}/keys/{key_id}", None, "admin"),
+    ("DELETE", "/v1/tenants/{tenant_id}", None, "admin"),
 ]
 OTHER_SCOPE = {"write": "predict", "predict": "audit", "audit": "write"}
 MALFORMED = ["", "Bearer", "Bearer olu_ x", "Basic dXNlcjpwYXNz", "bearer olu_0000_nope", "Bearer olu_x", "Token abc",

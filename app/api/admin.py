@@ -5,7 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 
-from ..schemas.api import NO_CONTROL, KeyCreate, KeyCreated, TenantCreate, TenantCreated
+from ..schemas.api import NO_CONTROL, KeyCreate, KeyCreated, TenantCreate, TenantCreated, TenantDeleted
 from .deps import Admin, get_ctx
 from .problems import responses
 
@@ -19,9 +19,18 @@ def create_tenant(body: TenantCreate, request: Request, _: Admin):
     return get_ctx(request).tenants.create_tenant(body.name)
 
 
-@router.post("/{tenant_id}/keys", status_code=201, response_model=KeyCreated, responses=responses(401, 403, 404, 422))
+@router.delete("/{tenant_id}", response_model=TenantDeleted, responses=responses(401, 403, 404))
+def delete_tenant(tenant_id: Id, request: Request, _: Admin):
+    """Delete a tenant in one transaction: every live model is erased as by DELETE /v1/models/{id} (one signed
+    erasure receipt each), every key is revoked, the tenant is marked deleted. Its signed log, receipts, ledgers
+    and erased-record commitments stay for audit (an audit-only key may still be created). A deleted tenant is 404."""
+    ctx = get_ctx(request)
+    return ctx.tenants.delete_tenant(tenant_id, ctx.models)
+
+
+@router.post("/{tenant_id}/keys", status_code=201, response_model=KeyCreated, responses=responses(401, 403, 404, 409, 422))
 def create_key(tenant_id: Id, body: KeyCreate, request: Request, _: Admin):
-    """Create an API key with the given scopes. The key is shown once."""
+    """Create an API key with the given scopes. The key is shown once. A deleted tenant gets audit-only keys."""
     return get_ctx(request).tenants.create_key(tenant_id, list(body.scopes), body.label)
 
 

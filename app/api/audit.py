@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BeforeValidator
 
-from ..schemas.api import (NO_CONTROL, ConsistencyProof, ExportBundle, Ledger, Receipt, ReceiptList, RecordStatus,
+from ..schemas.api import (NO_CONTROL, ConsistencyProof, DeletionLog, ErasureReceipt, ExportBundle, Ledger, Receipt,
+                           RecordStatus,
                            SignedCheckpoint)
 from .deps import Auditor, get_ctx
 from .problems import responses
@@ -32,28 +33,32 @@ DateTime = Annotated[datetime | None, BeforeValidator(_rfc3339),
 
 @router.get("/models/{model_id}/ledger", response_model=Ledger, responses=responses(401, 403, 404))
 def get_ledger(model_id: ModelId, request: Request, p: Auditor):
-    """The privacy ledger with every entry (also for deleted models)."""
+    """The privacy ledger with every entry; also for deleted models (``model_status``, ``deleted_at``,
+    ``erasure_receipt_id`` say so)."""
     return get_ctx(request).models.ledger(p.tenant_id, model_id)
 
 
-@router.get("/models/{model_id}/deletions", response_model=ReceiptList, responses=responses(401, 403, 404, 422))
+@router.get("/models/{model_id}/deletions", response_model=DeletionLog, responses=responses(401, 403, 404, 422))
 def list_deletions(model_id: ModelId, request: Request, p: Auditor,
                    cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None, limit: Limit = 50,
                    since: DateTime = None, until: DateTime = None):
     """The model's deletion receipts in log order, with cursor pagination and an optional issued-at window
-    (``since`` inclusive, ``until`` exclusive); also for deleted models."""
+    (``since`` inclusive, ``until`` exclusive); also for deleted models, whose erasure receipt is named in
+    ``erasure_receipt_id``."""
     return get_ctx(request).models.deletions(p.tenant_id, model_id, cursor, limit, since, until)
 
 
-@router.get("/receipts/{receipt_id}", response_model=Receipt, responses=responses(401, 403, 404))
+@router.get("/receipts/{receipt_id}", response_model=Receipt | ErasureReceipt, responses=responses(401, 403, 404))
 def get_receipt(receipt_id: Annotated[str, Path(pattern=NO_CONTROL)], request: Request, p: Auditor):
+    """A certificate receipt (an unlearned record) or an erasure receipt (a deleted model), with its proof."""
     return get_ctx(request).models.receipt(p.tenant_id, receipt_id)
 
 
-@router.get("/audit/records/{record_id}", response_model=RecordStatus, responses=responses(401, 403, 404))
-def get_record_status(record_id: Annotated[str, Path(max_length=256, pattern=NO_CONTROL)], request: Request,
-                      p: Auditor):
-    """Where a client record id was learned and whether it was forgotten, across the tenant's models."""
+@router.get("/audit/records/{record_id}", response_model=RecordStatus, response_model_exclude_unset=True,
+            responses=responses(401, 403, 404))
+def get_record_status(record_id: Annotated[str, Path(max_length=256, pattern=NO_CONTROL)], request: Request, p: Auditor):
+    """Where a client record id was learned and whether it was forgotten, or erased with a deleted model, across
+    the tenant's models."""
     return get_ctx(request).models.record_status(p.tenant_id, record_id)
 
 

@@ -23,7 +23,7 @@ IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255,
                                        description="Retries with the same key and body return the first answer.")]
 
 
-@router.post("", status_code=201, response_model=Model, responses=responses(401, 403, 422))
+@router.post("", status_code=201, response_model=Model, responses=responses(401, 403, 404, 422))
 def create_model(body: ModelCreate, request: Request, p: Writer, idempotency_key: IdemKey = None):
     """Create a model. Its public constants and privacy calibration derive from the declared bounds."""
     return idempotent.run(request, p.tenant_id, body, Model, 201,
@@ -43,7 +43,9 @@ def get_model(model_id: ModelId, request: Request, p: AnyKey):
 
 @router.delete("/{model_id}", status_code=204, response_class=Response, responses=responses(401, 403, 404))
 def delete_model(model_id: ModelId, request: Request, p: Writer):
-    """Delete a model: secret state, records and data are erased; receipts and the log are kept."""
+    """Delete a model: secret state, records and data are erased, and one signed erasure receipt is appended to
+    the tenant's log (see the ledger's ``erasure_receipt_id``); receipts and the log are kept. A deleted model is
+    404, so a retry issues no second receipt."""
     get_ctx(request).models.delete(p.tenant_id, model_id)
     return Response(status_code=204)
 

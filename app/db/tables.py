@@ -27,6 +27,8 @@ class Tenant(Base):
     record_key: Mapped[bytes] = mapped_column(LargeBinary)  # HMAC key for record commitments; never served
     log_size: Mapped[int] = mapped_column(BigInteger, default=0)  # per-tenant append-only receipt counter
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # set by DELETE /v1/tenants/{id}: keys revoked, every model erased with an erasure receipt; the log stays
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class ApiKey(Base):
@@ -110,7 +112,9 @@ class Record(Base):
     # the commitment's first 8 bytes as a signed 64-bit integer: the only index on commitments (see lookup_key)
     lookup: Mapped[int] = mapped_column(BigInteger)
     step: Mapped[int] = mapped_column(BigInteger)
-    status: Mapped[str] = mapped_column(String(12))  # always forgotten (0007 moved learned records to record_batches)
+    # forgotten (unlearned; 0007 moved learned records to record_batches), or erased (with its model, 0009):
+    # then receipt_id is the model's erasure receipt and forgotten_at the time of the erasure
+    status: Mapped[str] = mapped_column(String(12))
     learned_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     forgotten_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     receipt_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
@@ -128,8 +132,10 @@ class Receipt(Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
     model_id: Mapped[str] = mapped_column(String(40))  # kept after the model is deleted
     log_index: Mapped[int] = mapped_column(BigInteger)
+    # certificate: the forgotten record's commitment; model_erasure: the receipt's records.sha256
     record_commitment: Mapped[str] = mapped_column(String(64))
     body: Mapped[bytes] = mapped_column(LargeBinary)  # canonical JSON of the signed receipt
+    kind: Mapped[str] = mapped_column(String(16), default="certificate")  # certificate | model_erasure
     issued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     __table_args__ = (
         UniqueConstraint("tenant_id", "log_index", name="uq_receipts_tenant_log_index"),

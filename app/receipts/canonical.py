@@ -16,6 +16,11 @@ Definitions pinned here (they are part of the receipt contract):
   signed receipt with the same body would be a different leaf).
 * ``parameters_sha256(weights, bias)``: hex SHA-256 over the little-endian float64 bytes of ``weights``
   (flattened, C order) followed by ``bias`` (a scalar or a sequence).
+* ``erased_records_sha256(commitments)``: the ``records.commitments_sha256`` of a model-erasure receipt: hex
+  SHA-256 over the 32-byte record commitments (HMAC-SHA256(tenant record key, record id)) of the erased records,
+  **sorted ascending as byte strings and concatenated** (no separator, no length prefix; each is exactly 32
+  bytes).  No records: SHA-256 of the empty string.  Sorting makes the hash independent of storage order; the
+  set is a set (a model never learns one record id twice).
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ __all__ = [
     "receipt_leaf_bytes",
     "signed_receipt_bytes",
     "parameters_sha256",
+    "erased_records_sha256",
     "UNSIGNED_MEMBERS",
     "UNLOGGED_MEMBERS",
 ]
@@ -148,3 +154,17 @@ def parameters_sha256(weights: Any, bias: Any) -> str:
     """
     vals = _floats(weights, "weights") + _floats(bias, "bias")
     return hashlib.sha256(struct.pack(f"<{len(vals)}d", *vals)).hexdigest()
+
+
+def erased_records_sha256(commitments: Sequence[bytes | str]) -> str:
+    """Hex SHA-256 over the sorted 32-byte commitments (each raw bytes or 64 hex digits), concatenated.
+
+    Raises ``ValueError`` for a commitment that is not 32 bytes (or not 64 hex digits)."""
+    raw = []
+    for c in commitments:
+        b = bytes.fromhex(c) if isinstance(c, str) else bytes(c)
+        if len(b) != 32:
+            raise ValueError("a record commitment is 32 bytes (64 hex digits)")
+        raw.append(b)
+    raw.sort()
+    return hashlib.sha256(b"".join(raw)).hexdigest()

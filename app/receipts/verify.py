@@ -9,6 +9,10 @@ Bundle format (JSON)::
          "proof": {"leaf_index": 7, "tree_size": 12, "hashes": ["<base64>", ...],   # leaf to root
                    "checkpoint": {origin, tree_size, root_hash, timestamp, key_id, signature}}}
       ],
+      "erasures": [                      # optional: erasure receipts of deleted models
+        {"receipt": {... kind "model_erasure" ..., "proof": {...}},
+         "commitments": ["<64 hex>", ...] | null}                                   # the erased records' commitments
+      ],
       "consistency": {                   # optional: proves the log only grew between two checkpoints
         "from": {checkpoint}, "to": {checkpoint}, "hashes": ["<base64>", ...]
       }
@@ -29,6 +33,14 @@ What is checked, per receipt ``i`` (check names ``receipt[i].<check>``):
   ``proof.leaf_index`` equals the receipt's ``log_index``; ``proof.tree_size`` equals the checkpoint's; the
   audit path leads to the checkpoint's root (RFC 9162 §2.1.3.2).
 
+For a receipt whose ``kind`` is ``model_erasure`` (a deleted model), also ``erasure``: the terms of an exact
+forget (mechanism ``exact`` with sigma = sensitivity = rho = 0, guarantee ``exact`` with epsilon = delta = 0), a
+non-negative ``records.erased`` no larger than ``records_learned - records_forgotten_before``, and a 64-hex
+``records.commitments_sha256``.  For each entry ``erasures[i]`` (checks ``erasure[i].*``) the same checks as a
+receipt, and, when ``commitments`` is given, ``records``: they are distinct 64-hex commitments, their number is
+``records.erased`` and ``erased_records_sha256`` of them (SHA-256 over the sorted 32-byte commitments,
+concatenated) is ``records.commitments_sha256``.
+
 And for ``consistency``: both checkpoints verify, share the origin, and the proof verifies (RFC 9162 §2.1.4.2).
 
 Usage: ``python -m app.receipts.verify bundle.json keys.json`` (keys.json = the ``GET /v1/keys`` answer or a
@@ -42,7 +54,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .canonical import CanonicalJSONError, canonical_json, receipt_leaf_bytes, receipt_signing_bytes
+from .canonical import (CanonicalJSONError, canonical_json, erased_records_sha256, receipt_leaf_bytes,
+                        receipt_signing_bytes)
 from .checkpoint import checkpoint_problems, tenant_origin
 from .keys import PublicKeyEntry, b64decode_strict, parse_utc, verify_with_public_keys
 from .merkle import HASH_SIZE, leaf_hash, verify_consistency, verify_inclusion
@@ -134,6 +147,10 @@ def verify_receipt(receipt: Any, trusted_public_keys: Sequence[Mapping[str, Any]
         report.add(f"{name}.canonical", False, str(exc))
         return
     report.add(f"{name}.canonical", True, f"{len(signed)} signed bytes")
+    if receipt.get("kind") == ERASURE:
+        problems = erasure_problems(receipt)
+        report.add(f"{name}.erasure", not problems, "; ".join(problems) or
+                   f"exact erasure of {receipt['records']['erased']} records of model {receipt.get('model_id')}")
 
     # key and signature
     key_id, sig, issued = receipt.get("key_id"), receipt.get("signature"), receipt.get("issued_at")
@@ -189,6 +206,72 @@ def verify_receipt(receipt: Any, trusted_public_keys: Sequence[Mapping[str, Any]
         report.add(f"{name}.inclusion", False, str(exc))
 
 
+ERASURE = "model_erasure"
+_HEX = frozenset("0123456789abcdef")
+
+
+def _hex64(v: Any) -> bool:
+    return isinstance(v, str) and len(v) == 64 and set(v) <= _HEX
+
+
+def _zero(v: Any) -> bool:
+    return (_int(v) or isinstance(v, float)) and v == 0
+
+
+def erasure_problems(receipt: Mapping[str, Any]) -> list[str]:
+    """Why an erasure receipt's terms are not those of an exact erasure (empty list = they are)."""
+    out = []
+    mech, guarantee, records = receipt.get("mechanism"), receipt.get("guarantee"), receipt.get("records")
+    if not (isinstance(mech, Mapping) and mech.get("type") == "exact"
+            and all(_zero(mech.get(k)) for k in ("sigma", "sensitivity", "rho"))):
+        out.append("mechanism is not exact with sigma = sensitivity = rho = 0")
+    if not (isinstance(guarantee, Mapping) and guarantee.get("definition") == "exact"
+            and _zero(guarantee.get("epsilon")) and _zero(guarantee.get("delta"))):
+        out.append("guarantee is not exact with epsilon = delta = 0")
+    if not (isinstance(records, Mapping) and _int(records.get("erased")) and records["erased"] >= 0
+            and _hex64(records.get("commitments_sha256"))):
+        out.append("records must give erased (an integer >= 0) and commitments_sha256 (64 hex digits)")
+    else:
+        learned, before = receipt.get("records_learned"), receipt.get("records_forgotten_before")
+        if not (_int(learned) and _int(before) and 0 <= before <= learned):
+            out.append("records_learned and records_forgotten_before must be integers, 0 <= forgotten <= learned")
+        elif records["erased"] > learned - before:
+            out.append(f"{records['erased']} records erased but only {learned - before} were held")
+    if not isinstance(receipt.get("model_id"), str):
+        out.append("the receipt names no model")
+    return out
+
+
+def _verify_erasure(entry: Any, keys: Sequence[Any], report: VerificationReport, name: str,
+                    expected_origin: str | None) -> None:
+    if not isinstance(entry, Mapping) or "receipt" not in entry:
+        report.add(name, False, "an erasure entry is {receipt, commitments}")
+        return
+    receipt = entry["receipt"]
+    if isinstance(receipt, (str, bytes)):
+        try:
+            receipt = _strict_loads(receipt)
+        except ValueError:
+            pass  # verify_receipt reports it
+    if not (isinstance(receipt, Mapping) and receipt.get("kind") == ERASURE):
+        report.add(f"{name}.erasure", False, f"the receipt's kind is not {ERASURE!r}")
+    verify_receipt(receipt, keys, report, name, expected_origin)
+    commits = entry.get("commitments")
+    if commits is None or not isinstance(receipt, Mapping):
+        return
+    records = receipt.get("records") if isinstance(receipt.get("records"), Mapping) else {}
+    if not (isinstance(commits, list) and all(_hex64(c) for c in commits)):
+        report.add(f"{name}.records", False, "commitments must be a list of 64-hex strings")
+    elif len(set(commits)) != len(commits):
+        report.add(f"{name}.records", False, "commitments repeat")
+    elif records.get("erased") != len(commits):
+        report.add(f"{name}.records", False, f"{len(commits)} commitments, receipt says {records.get('erased')!r}")
+    else:
+        ok = erased_records_sha256(commits) == records.get("commitments_sha256")
+        report.add(f"{name}.records", ok, f"{len(commits)} commitments hash to commitments_sha256" if ok else
+                   "SHA-256 of the sorted commitments differs from the receipt's commitments_sha256")
+
+
 def _verify_consistency(c: Any, keys: Sequence[Any], report: VerificationReport,
                         expected_origin: str | None) -> None:
     if not isinstance(c, Mapping):
@@ -225,12 +308,17 @@ def verify_bundle(bundle: Mapping[str, Any], trusted_public_keys: Sequence[Mappi
     if not isinstance(bundle, Mapping):
         report.add("bundle", False, "bundle is not an object")
         return report
-    receipts = bundle.get("receipts", [])
-    if not isinstance(receipts, list) or (not receipts and "consistency" not in bundle):
+    receipts, erasures = bundle.get("receipts", []), bundle.get("erasures", [])
+    if not isinstance(erasures, list):
+        report.add("bundle", False, "erasures is not a list")
+        return report
+    if not isinstance(receipts, list) or (not receipts and not erasures and "consistency" not in bundle):
         report.add("bundle", False, "bundle has no receipts and no consistency proof")
         return report
     for i, r in enumerate(receipts):
         verify_receipt(r, keys, report, f"receipt[{i}]", expected_origin)
+    for i, e in enumerate(erasures):
+        _verify_erasure(e, keys, report, f"erasure[{i}]", expected_origin)
     if "consistency" in bundle:
         _verify_consistency(bundle["consistency"], keys, report, expected_origin)
     return report

@@ -30,6 +30,20 @@ class TenantCreate(Strict):
     name: str = Field(min_length=1, max_length=200, pattern=NO_CONTROL)
 
 
+class ModelErasedRef(BaseModel):
+    model_id: str
+    erasure_receipt_id: str
+
+
+class TenantDeleted(BaseModel):
+    """What DELETE /v1/tenants/{id} did: every live model erased (one erasure receipt each), every key revoked."""
+
+    tenant_id: str
+    deleted_at: UtcDatetime
+    models_erased: list[ModelErasedRef]
+    keys_revoked: int
+
+
 class TenantCreated(BaseModel):
     id: str
     name: str
@@ -238,6 +252,49 @@ class Receipt(BaseModel):
                                        "(on GET /v1/receipts/{id} and in export bundles).")
 
 
+class ErasureGuarantee(BaseModel):
+    definition: Literal["exact"]
+    epsilon: float = Field(description="0: an exact forget spends no privacy budget.")
+    delta: float
+    statement: str
+
+
+class ErasedRecords(BaseModel):
+    erased: int = Field(description="How many records the model still held (learned and not forgotten before).")
+    commitments_sha256: str = Field(description=(
+        "Hex SHA-256 over the erased records' 32-byte commitments (HMAC-SHA256(tenant record key, record id)), "
+        "sorted ascending as byte strings and concatenated; SHA-256 of the empty string when none."))
+
+
+class ErasureReceipt(BaseModel):
+    """The signed receipt of a model's deletion: one leaf of the tenant's log, like a certificate receipt."""
+
+    id: str
+    kind: Literal["model_erasure"]
+    tenant_id: str
+    model_id: str
+    algorithm: str
+    mechanism: Mechanism = Field(description="exact, sigma = sensitivity = rho = 0.")
+    guarantee: ErasureGuarantee
+    records: ErasedRecords
+    records_learned: int = Field(description="Records the model ever learned.")
+    records_forgotten_before: int = Field(description="Records forgotten earlier, each with its own receipt.")
+    model_version: int = Field(description="The model's version after the deletion.")
+    issued_at: str
+    log_index: int
+    key_id: str
+    signature: str = Field(description="Ed25519 over the RFC 8785 canonical JSON without signature and proof.")
+    proof: ReceiptProof | None = Field(None, description="Inclusion proof against a signed checkpoint "
+                                       "(on GET /v1/receipts/{id} and in export bundles).")
+
+
+DELETION_MARK_DOC = {
+    "model_status": Field(description="live, or deleted (the model is erased; its audit trail stays readable)."),
+    "deleted_at": Field(None, description="When the model was deleted."),
+    "erasure_receipt_id": Field(None, description="The receipt of the model's deletion (GET /v1/receipts/{id})."),
+}
+
+
 class UnlearnResponse(BaseModel):
     receipts: list[Receipt]
     version: int
@@ -286,6 +343,9 @@ class Ledger(BaseModel):
     capacity_left: int | None
     entries: list[LedgerEntryOut]
     details: dict[str, Any] = LEDGER_DETAILS
+    model_status: Literal["live", "deleted"] = DELETION_MARK_DOC["model_status"]
+    deleted_at: UtcDatetime | None = DELETION_MARK_DOC["deleted_at"]
+    erasure_receipt_id: str | None = DELETION_MARK_DOC["erasure_receipt_id"]
 
 
 class ReceiptList(BaseModel):
@@ -293,11 +353,22 @@ class ReceiptList(BaseModel):
     next_cursor: str | None
 
 
+class DeletionLog(ReceiptList):
+    """A model's certificate receipts (its erasure receipt, if deleted, is named, not listed)."""
+
+    model_status: Literal["live", "deleted"] = DELETION_MARK_DOC["model_status"]
+    deleted_at: UtcDatetime | None = DELETION_MARK_DOC["deleted_at"]
+    erasure_receipt_id: str | None = DELETION_MARK_DOC["erasure_receipt_id"]
+
+
 class RecordModelStatus(BaseModel):
     model_id: str
-    status: Literal["learned", "forgotten"]
+    status: Literal["learned", "forgotten", "erased_with_model"] = Field(description=(
+        "learned; forgotten (unlearned, receipt_id is its certificate receipt); or erased_with_model (the model "
+        "was deleted while it held the record: receipt_id is the model's erasure receipt, erased_at its time)."))
     step: int
     receipt_id: str | None = None
+    erased_at: UtcDatetime | None = Field(None, description="Only with erased_with_model: when the model was deleted.")
 
 
 class RecordStatus(BaseModel):
@@ -313,10 +384,19 @@ class ConsistencyProof(BaseModel):
     to_checkpoint: SignedCheckpoint
 
 
+class ErasureEvidence(BaseModel):
+    receipt: ErasureReceipt
+    commitments: list[str] | None = Field(None, description=(
+        "In a model's bundle: the erased records' commitments (hex, sorted), whose count and SHA-256 the verifier "
+        "checks against the receipt; null in a record's bundle."))
+
+
 class ExportBundle(BaseModel):
     """Everything an auditor needs to verify offline: receipts with proofs, the checkpoint, the public keys."""
 
     receipts: list[Receipt]
+    erasures: list[ErasureEvidence] = Field(default_factory=list, description=(
+        "Erasure receipts of deleted models (the model exported, or those that erased the record exported)."))
     checkpoint: SignedCheckpoint
     public_keys: list[PublicKey]
 

@@ -30,6 +30,11 @@ def is_restart(cert: Certificate) -> bool:
     return bool(cert.details.get("restart"))
 
 
+ERASURE = "model_erasure"  # receipts.kind and the receipt's "kind" member; certificate receipts have no "kind"
+ERASURE_STATEMENT = ("The model was deleted: its secret state, published parameters, retained examples and "
+                     "learned-record index were erased in the transaction that appended this receipt. Every "
+                     "record it still held is forgotten exactly; it answers no further request.")
+
 _TENANTS = Tenant.__table__
 _ALLOCATE = (update(_TENANTS).where(_TENANTS.c.id == bindparam("tid"))
              .values(log_size=_TENANTS.c.log_size + bindparam("n")).returning(_TENANTS.c.log_size))
@@ -96,6 +101,33 @@ class ReceiptIssuer:
         store.flush()
         s.connection().execute(insert(Receipt.__table__), rows)
         return out
+
+    def issue_erasure(self, s, row, n_erased: int, records_sha256: str, now) -> dict[str, Any]:
+        """The one signed receipt of a model's deletion, appended to the tenant's log in the caller's transaction.
+
+        An exact forget of every record the model still held (rho = 0: nothing of them remains to be bounded);
+        ``records`` names how many and ``erased_records_sha256`` over their commitments (app/receipts/canonical.py).
+        Records forgotten before (``records_forgotten_before``) have their own certificate receipts."""
+        index = self.allocate(s, row.tenant_id, 1)
+        signer = self.keyring.active
+        body: dict[str, Any] = {
+            "id": new_id("rcp"), "kind": ERASURE, "tenant_id": row.tenant_id, "model_id": row.id,
+            "algorithm": row.algorithm,
+            "mechanism": {"type": "exact", "sigma": 0.0, "sensitivity": 0.0, "rho": 0.0},
+            "guarantee": {"definition": "exact", "epsilon": 0.0, "delta": 0.0, "statement": ERASURE_STATEMENT},
+            "records": {"erased": int(n_erased), "commitments_sha256": records_sha256},
+            "records_learned": int(row.n_records), "records_forgotten_before": int(row.n_forgotten),
+            "model_version": int(row.version) + 1, "issued_at": iso(now), "log_index": index,
+            "key_id": signer.key_id,
+        }
+        body["signature"], leaf = signed_receipt_bytes(body, signer.sign)
+        store = SqlNodeStore(s, row.tenant_id)
+        MerkleLog(store).append(leaf, index)
+        store.flush()
+        s.connection().execute(insert(Receipt.__table__), [{
+            "id": body["id"], "tenant_id": row.tenant_id, "model_id": row.id, "log_index": index,
+            "record_commitment": records_sha256, "body": leaf, "issued_at": now, "kind": ERASURE}])
+        return body
 
     # ---- the tenant's log ---------------------------------------------------------------------------------
     @staticmethod

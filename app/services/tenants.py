@@ -7,7 +7,7 @@ import secrets
 import threading
 import time
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, select, update
 
 from ..errors import Problem
 from .auth import Principal
@@ -57,8 +57,11 @@ class TenantService:
     def create_key(self, tenant_id: str, scopes: list[str], label: str | None) -> dict:
         scopes = sorted(set(scopes), key=ALL_SCOPES.index)
         with self.db.write() as s:
-            if s.get(Tenant, tenant_id) is None:
+            tenant = s.get(Tenant, tenant_id)
+            if tenant is None:
                 raise Problem(404, "tenant-not-found", f"No tenant {tenant_id}.")
+            if tenant.deleted_at is not None and set(scopes) != {"audit"}:
+                raise Problem(409, "tenant-deleted", f"Tenant {tenant_id} is deleted: only audit keys can be created.")
             key_id, raw = self._add_key(s, tenant_id, scopes, label)
         return {"id": key_id, "api_key": raw, "scopes": scopes, "label": label}
 
@@ -72,6 +75,41 @@ class TenantService:
         with self._auth_lock:
             self._revocations += 1
             self._auth_cache = {h: e for h, e in self._auth_cache.items() if e[1].key_id != key_id}
+
+    def delete_tenant(self, tenant_id: str, models) -> dict:
+        """Delete a tenant: revoke every key and mark it deleted (one transaction, so no new model can be created:
+        ``ModelService.create`` reads the mark under a share lock), then erase every live model of the tenant
+        (``models.erase_tenant_models``: one signed erasure receipt each, the same code path as
+        DELETE /v1/models/{id}) in a second transaction that takes the models' locks in the order every other
+        write does (model, then the tenant's log), so it never deadlocks with a concurrent unlearn.
+
+        Retry-safe: a deleted tenant that still has live models (a crash between the two transactions) has them
+        erased by the next call; a deleted tenant without live models is 404.  Kept for audit: the tenant row
+        (name, sealed record key, log size), its signed log (receipts, Merkle nodes, checkpoints), the deleted
+        models' public rows and ledgers, and the erased records' commitments (docs/operations.md)."""
+        with self.db.write() as s:
+            q = select(Tenant).where(Tenant.id == tenant_id)
+            tenant = s.scalars(q if self.db.is_sqlite else q.with_for_update()).first()
+            if tenant is None:
+                raise Problem(404, "tenant-not-found", f"No tenant {tenant_id}.")
+            already = tenant.deleted_at is not None
+            revoked = 0
+            if not already:
+                tenant.deleted_at = utcnow()
+                revoked = s.execute(update(ApiKey).where(ApiKey.tenant_id == tenant_id,
+                                                         ApiKey.revoked_at.is_(None))
+                                    .values(revoked_at=tenant.deleted_at)).rowcount
+            deleted_at = tenant.deleted_at
+        with self._auth_lock:
+            self._revocations += 1
+            self._auth_cache = {h: e for h, e in self._auth_cache.items() if e[1].tenant_id != tenant_id}
+        with self.db.write() as s:
+            receipts = models.erase_tenant_models(s, tenant_id)
+        models.evict(r["model_id"] for r in receipts)
+        if already and not receipts:
+            raise Problem(404, "tenant-not-found", f"No tenant {tenant_id}.")
+        return {"tenant_id": tenant_id, "deleted_at": deleted_at, "keys_revoked": int(revoked),
+                "models_erased": [{"model_id": r["model_id"], "erasure_receipt_id": r["id"]} for r in receipts]}
 
     @staticmethod
     def _add_key(s, tenant_id: str, scopes, label) -> tuple[str, str]:
