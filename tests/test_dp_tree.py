@@ -55,7 +55,8 @@ def test_hyperparameters_and_calibration():
     assert ALGORITHMS["online_dp_tree"] is OnlineDPTree
     for hp in ({"max_deletions": 2}, {"horizon": 10}, {"horizon": 0, "max_deletions": 1},
                {"horizon": 10, "max_deletions": 1, "group_privacy": "other"},
-               {"horizon": 10, "max_deletions": 1, "lambda": -1.0}, {"horizon": 10, "max_deletions": 1, "omega": 2}):
+               {"horizon": 10, "max_deletions": 1, "lambda": -1.0}, {"horizon": 10, "max_deletions": 1, "omega": 2},
+               {"horizon": 10**13, "max_deletions": 1}, {"horizon": 3, "max_deletions": 4}):
         s = ModelSpec("online_dp_tree", "logistic", 3, 2.0, 1.0, 5.0, 0.0, 1.0, 1e-6, 0.02, hp)
         with pytest.raises(SpecError):
             OnlineDPTree(s)

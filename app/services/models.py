@@ -189,10 +189,11 @@ class ModelService:
             raise Problem(422, "invalid-model-spec", "The declared bounds give no finite constants.")
         now = utcnow()
         model_id = new_id("mdl")
+        charge = engine.creation_charge()  # families private from the start pay their whole budget now
         row = Model(
             id=model_id, tenant_id=tenant_id, name=payload["name"], algorithm=spec.algorithm,
             spec_json=spec_to_json(spec), status=engine.status, step=0, n_records=0, n_forgotten=0, version=1,
-            epoch=1, rho_spent=float(engine.ledger().get("rho_spent") or 0.0),
+            epoch=1, rho_spent=0.0 if charge is None else float(charge["rho"]),
             ledger_json=json.dumps({**engine.ledger(), "book": book.open_book(engine)}),
             constants_json=json.dumps(engine.constants()), guarantee_json=json.dumps(guarantee_of(engine)),
             published=published_bytes(engine.published()),
@@ -202,7 +203,6 @@ class ModelService:
             s.add(row)
             s.flush()
             s.add(ModelState(model_id=model_id, version=1, blob=self.registry.dump(engine, model_id)))
-            charge = engine.creation_charge()  # families private from the start pay their whole budget now
             if charge is not None:
                 s.add(LedgerEntry(model_id=model_id, epoch=1, receipt_id=None, kind="creation", step=0,
                                   sigma=float(charge["sigma"]), rho=float(charge["rho"]), created_at=now))

@@ -62,6 +62,7 @@ from .noise import NoiseSource
 from .passive import _number, _positive_int
 
 GROUP_PRIVACY = ("proposition_1", "gaussian_group")
+MAX_HORIZON = 10**12  # 40 tree levels; the state holds one noise vector per level
 _LOG2_6 = math.log2(6.0)
 
 WORDS = (
@@ -182,7 +183,7 @@ class OnlineDPTree(Unlearner):
             self.lam = math.sqrt(2.0 * self.horizon * self.L * (self.L + noise_norm)) / spec.domain_radius
         else:
             self.lam = float(hp["lambda"])
-        if not (math.isfinite(self.sigma) and math.isfinite(self.lam) and self.lam > 0):
+        if not (math.isfinite(self.sigma) and self.sigma > 0 and math.isfinite(self.lam) and self.lam > 0):
             raise SpecError("the declared bounds give no finite noise scale or regularisation")
         self.epsilon_olu: float | None = None
         if self.group_privacy == "proposition_1":
@@ -204,7 +205,11 @@ class OnlineDPTree(Unlearner):
         if unknown:
             raise SpecError(f"unknown hyperparameters for {cls.algorithm}: {', '.join(sorted(unknown))}")
         hp["horizon"] = _positive_int(hp, "horizon", f"for {cls.algorithm} (the privacy cost is charged for it)")
+        if hp["horizon"] > MAX_HORIZON:
+            raise SpecError(f"horizon must be at most {MAX_HORIZON}")
         hp["max_deletions"] = _positive_int(hp, "max_deletions", f"for {cls.algorithm} (group privacy over k)")
+        if hp["max_deletions"] > hp["horizon"]:
+            raise SpecError("max_deletions must be at most horizon")
         hp.setdefault("group_privacy", "proposition_1")
         if hp["group_privacy"] not in GROUP_PRIVACY:
             raise SpecError(f"group_privacy must be one of {', '.join(GROUP_PRIVACY)}")
