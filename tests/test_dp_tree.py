@@ -31,13 +31,19 @@ class ZeroNoise:
 
 
 def ftrl(s: ModelSpec, lam: float, X, y, noise_at=None) -> np.ndarray:
-    """Plain non-private FTRL with linearised losses: w_{t+1} = Pi_K(-(g_1 + ... + g_t) / lambda); the published
-    parameters after each step.  ``noise_at(t)`` adds a perturbation to the prefix sum (the FTRL response to it)."""
-    e = OnlineDPTree(s, ZeroNoise())  # only for its loss
-    w, G, out = np.zeros(4), np.zeros(4), []
+    """Plain non-private FTRL with linearised losses, w_{t+1} = Pi_K(-(g_1 + ... + g_t) / lambda), or (variant
+    strongly_convex) on the quadratic lower bounds, w_{t+1} = Pi_K((mu (w_1 + ... + w_t) - G_t) / (mu t + lambda));
+    the published parameters after each step.  ``noise_at(t)`` perturbs the prefix sum (the FTRL response to it)."""
+    e = OnlineDPTree(s, ZeroNoise())  # only for its loss and variant
+    w, G, W, out = np.zeros(4), np.zeros(4), np.zeros(4), []
     for t, (x, label) in enumerate(zip(augment(X), y), start=1):
         G = G + e.loss.grad(w, x, label)
-        w = project_l2_ball(-(G if noise_at is None else G + noise_at(t)) / lam, s.domain_radius)
+        Gn = G if noise_at is None else G + noise_at(t)
+        if e.variant == "strongly_convex":
+            W = W + w
+            w = project_l2_ball((s.l2 * W - Gn) / (s.l2 * t + lam), s.domain_radius)
+        else:
+            w = project_l2_ball(-Gn / lam, s.domain_radius)
         out.append(w)
     return np.array(out)
 
@@ -65,7 +71,7 @@ def test_hyperparameters_and_calibration():
     assert [group_factor(k, "proposition_1") for k in (1, 2, 3, 4, 5, 10)] == [1, 6, 36, 36, 216, 1296]
     assert [group_factor(k, "gaussian_group") for k in (1, 3, 10)] == [1, 9, 100]
     for gp in ("proposition_1", "gaussian_group"):
-        s = tspec(horizon=1000, k=10, group_privacy=gp)
+        s = tspec(horizon=1000, k=10, group_privacy=gp, variant="convex")
         e = OnlineDPTree(s)
         levels, group = 10, group_factor(10, gp)
         # rho_tree = levels L^2 / (2 sigma^2) (removal sensitivity L per node); rho_olu = group rho_tree = rho
@@ -75,6 +81,12 @@ def test_hyperparameters_and_calibration():
         noise_norm = e.sigma * math.sqrt(4 * levels)
         assert e.lam == pytest.approx(math.sqrt(2 * 1000 * e.L * (e.L + noise_norm)) / s.domain_radius)
     assert OnlineDPTree(tspec(**{"lambda": 3.0})).lam == 3.0
+    # the strongly convex variant is opt-in (its own mu t regularises; lambda defaults to 0)
+    assert OnlineDPTree(tspec()).variant == "convex"
+    assert OnlineDPTree(tspec(variant="strongly_convex")).lam == 0.0
+    for bad in ({"variant": "strongly_convex", "l2": 0.0}, {"variant": "x"}, {"variant": "convex", "lambda": 0.0}):
+        with pytest.raises(SpecError):
+            OnlineDPTree(tspec(**bad))
     # Proposition 1 covers orders >= 2 only: the epsilon reported is converted over those, close to the target
     e = OnlineDPTree(tspec())
     assert e.ledger()["epsilon"] == pytest.approx(1.0, rel=1e-6)
@@ -136,7 +148,8 @@ def test_tree_noise_has_its_stated_variance_and_covariance():
 
 
 # ---- private FTRL against non-private FTRL ---------------------------------------------------------------------
-@pytest.mark.parametrize("radius,hp", [(20.0, {}), (0.3, {"lambda": 1.0})])
+@pytest.mark.parametrize("radius,hp", [(20.0, {}), (0.3, {"lambda": 1.0}), (20.0, {"variant": "strongly_convex"}),
+                                       (0.3, {"variant": "strongly_convex", "lambda": 0.5})])
 def test_zero_noise_is_nonprivate_ftrl_exactly(radius, hp):
     X, y = mixed_stream(np.random.default_rng(5), 50)
     s = tspec(horizon=50, radius=radius, **hp)
@@ -147,27 +160,31 @@ def test_zero_noise_is_nonprivate_ftrl_exactly(radius, hp):
         assert np.isclose(np.linalg.norm(got, axis=1), radius).sum() > 25  # the projection is active
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_private_iterate_is_ftrl_response_to_the_tree_noise(seed):
+@pytest.mark.parametrize("seed,variant", [(0, "convex"), (1, "convex"), (2, "strongly_convex"), (3, "strongly_convex")])
+def test_private_iterate_is_ftrl_response_to_the_tree_noise(seed, variant):
     """With the same seeds: the noise of every release is sigma * (sum of the draws made when the nodes of the
     binary decomposition of t completed), and the private play is FTRL's response to that perturbation of the
     prefix sum of the gradients at the played points."""
     T = 40
     X, y = mixed_stream(np.random.default_rng(seed), T)
-    s = tspec(horizon=T, radius=1e9, l2=0.0, **{"lambda": 1e3})  # no projection: the response is linear
-    e = OnlineDPTree(s, SeededNoise(seed))
+    s = tspec(horizon=T, radius=1e9, l2=0.0 if variant == "convex" else 0.5, variant=variant, **{"lambda": 1e3})
+    e = OnlineDPTree(s, SeededNoise(seed))  # radius 1e9: no projection, the response to the noise is linear
     got = run(e, X, y)
     draws = SeededNoise(seed)
     Z = np.array([draws.standard_normal(4) for _ in range(T)])  # the one draw of step t is the node ending at t
     b = np.array([e.sigma * sum(Z[end - 1] for _, end in decomposition(t)) for t in range(1, T + 1)])
     played = np.vstack([np.zeros(4), got[:-1]])
     G = np.cumsum([e.loss.grad(w, x, label) for w, x, label in zip(played, augment(X), y)], axis=0)
-    assert np.allclose(got, -(G + b) / e.lam, rtol=1e-12, atol=1e-12)
-    assert np.allclose(got - (-G / e.lam), -b / e.lam, rtol=1e-9, atol=1e-15)
+    if variant == "convex":
+        num, den = -G, e.lam
+    else:  # mu (w_1 + ... + w_t) - G_t over mu t + lambda, the played points being public
+        num, den = s.l2 * np.cumsum(played, axis=0) - G, (s.l2 * np.arange(1, T + 1) + e.lam)[:, None]
+    assert np.allclose(got, (num - b) / den, rtol=1e-12, atol=1e-12)
+    assert np.allclose(got - num / den, -b / den, rtol=1e-9, atol=1e-15)
     # the same through the reference FTRL fed the same noise
     assert np.allclose(got, ftrl(s, e.lam, X, y, noise_at=lambda t: b[t - 1]), rtol=1e-12, atol=1e-12)
     control = run(FreshNoisePerRelease(s, SeededNoise(seed)), X, y)
-    assert not np.allclose(control, -(G + b) / e.lam, rtol=1e-6)
+    assert not np.allclose(control, (num - b) / den, rtol=1e-6)
 
 
 def node_divergence(e: OnlineDPTree, g: np.ndarray, U, sigma: float) -> float:
@@ -270,7 +287,8 @@ def test_online_dp_tree_over_http(server, tenant):
     assert r.status_code == 422 and "max_deletions" in r.json()["detail"]
     model = create_model(c, dim=3, algorithm="online_dp_tree", hyperparameters={"horizon": 40, "max_deletions": 3})
     mid = model["id"]
-    assert model["hyperparameters"] == {"horizon": 40, "max_deletions": 3, "group_privacy": "proposition_1"}
+    assert model["hyperparameters"] == {"horizon": 40, "max_deletions": 3, "group_privacy": "proposition_1",
+                                        "variant": "convex"}
     assert model["constants"]["sigma"] > 0 and model["constants"]["levels"] == 6.0
     ledger = c.get(f"/v1/models/{mid}/ledger").json()
     charge = ledger["rho_spent"]

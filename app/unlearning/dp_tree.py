@@ -43,7 +43,19 @@ The whole budget is charged when the model is created (the declared horizon T an
 shows rho_spent = rho_olu from the start, and every deletion is free (certificate mechanism "dp_from_start",
 rho = 0, referring to the creation charge).  Learning beyond T, or deletion k + 1, is refused.
 
-Regularisation: ``lambda`` defaults to sqrt(2 T L (L + sigma sqrt((d+1) levels))) / R, the minimiser over lambda of
+Strongly convex losses (``variant`` "strongly_convex", opt-in; GTS13's PFTAL for strongly convex losses): f_s is mu-strongly convex (mu = l2), so f_s(w) >= f_s(w_s) + <g_s, w - w_s> + (mu/2)||w - w_s||^2 and FTRL
+runs on these quadratic lower bounds:
+
+    w_{t+1} = argmin_{w in K} <G^_t, w> + (mu/2) sum_{s<=t} ||w - w_s||^2 + (lambda/2)||w||^2
+            = Pi_K( (mu W_t - G^_t) / (mu t + lambda) ),    W_t = w_1 + ... + w_t (the played points, public),
+
+(an isotropic quadratic, so the minimiser over the ball is the projection of the free one).  Only G_t is private;
+the noise and the privacy analysis are the same.  lambda defaults to 0 here (mu t > 0 from t = 1).  The noise
+moves the play by ||b_t|| / (mu t): with a small l2 and a short stream this is far worse than the convex variant
+(measured: d = 16, l2 = 0.01, T = 10^4, k = 10: average online logistic loss 1.98 against 1.04), so "convex"
+is the default.
+
+Regularisation (``variant`` "convex"): ``lambda`` defaults to sqrt(2 T L (L + sigma sqrt((d+1) levels))) / R, the minimiser over lambda of
 the derived bound lambda R^2/2 + T L^2/lambda + T L E||noise||/lambda (FTRL stability plus the shift ||b||/lambda
 the noise causes in the play; E||noise|| <= sigma sqrt((d+1) levels)).
 """
@@ -62,6 +74,7 @@ from .noise import NoiseSource
 from .passive import _number, _positive_int
 
 GROUP_PRIVACY = ("proposition_1", "gaussian_group")
+VARIANTS = ("convex", "strongly_convex")
 MAX_HORIZON = 10**12  # 40 tree levels; the state holds one noise vector per level
 _LOG2_6 = math.log2(6.0)
 
@@ -178,12 +191,17 @@ class OnlineDPTree(Unlearner):
         self.rho_olu = self.group * self.levels * self.L**2 / (2.0 * self.sigma**2)
         self.rho_tree = self.rho_olu / self.group
         n = spec.dim + 1
-        if hp.get("lambda") is None:
+        self.variant = hp["variant"]
+        self.strongly_convex = self.variant == "strongly_convex"
+        if self.strongly_convex and hp.get("lambda") is None:
+            self.lam = 0.0
+        elif hp.get("lambda") is None:
             noise_norm = self.sigma * math.sqrt(n * self.levels)
             self.lam = math.sqrt(2.0 * self.horizon * self.L * (self.L + noise_norm)) / spec.domain_radius
         else:
             self.lam = float(hp["lambda"])
-        if not (math.isfinite(self.sigma) and self.sigma > 0 and math.isfinite(self.lam) and self.lam > 0):
+        if not (math.isfinite(self.sigma) and self.sigma > 0 and math.isfinite(self.lam)
+                and (self.lam > 0 or self.strongly_convex and self.lam >= 0)):
             raise SpecError("the declared bounds give no finite noise scale or regularisation")
         self.epsilon_olu: float | None = None
         if self.group_privacy == "proposition_1":
@@ -196,12 +214,13 @@ class OnlineDPTree(Unlearner):
                     "or a smaller epsilon")
         self.tree = TreeAggregator(self.levels, n)
         self.theta = np.zeros(n)
+        self.W = np.zeros(n)  # strongly convex variant: sum of the played points (public)
         self.n_deletions = 0
 
     @classmethod
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
         hp = dict(spec.hyperparameters)
-        unknown = set(hp) - {"horizon", "max_deletions", "lambda", "group_privacy", "huber_delta"}
+        unknown = set(hp) - {"horizon", "max_deletions", "lambda", "group_privacy", "variant", "huber_delta"}
         if unknown:
             raise SpecError(f"unknown hyperparameters for {cls.algorithm}: {', '.join(sorted(unknown))}")
         hp["horizon"] = _positive_int(hp, "horizon", f"for {cls.algorithm} (the privacy cost is charged for it)")
@@ -213,10 +232,15 @@ class OnlineDPTree(Unlearner):
         hp.setdefault("group_privacy", "proposition_1")
         if hp["group_privacy"] not in GROUP_PRIVACY:
             raise SpecError(f"group_privacy must be one of {', '.join(GROUP_PRIVACY)}")
+        hp.setdefault("variant", "convex")
+        if hp["variant"] not in VARIANTS:
+            raise SpecError(f"variant must be one of {', '.join(VARIANTS)}")
+        if hp["variant"] == "strongly_convex" and not spec.l2 > 0:
+            raise SpecError("variant strongly_convex needs l2 > 0 (strong convexity mu = l2)")
         if hp.get("lambda") is not None:
             lam = _number(hp, "lambda", "a positive number")
-            if not lam > 0:
-                raise SpecError("lambda must be a positive number")
+            if not (lam > 0 or hp["variant"] == "strongly_convex" and lam >= 0):
+                raise SpecError("lambda must be a positive number (>= 0 for variant strongly_convex)")
             hp["lambda"] = lam
         else:
             hp.pop("lambda", None)
@@ -229,12 +253,13 @@ class OnlineDPTree(Unlearner):
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         return {"theta": self.theta.copy(), "t": self.tree.t, "G": self.tree.G.copy(),
-                "node_noise": self.tree.node_noise.copy(), "n_deletions": self.n_deletions}
+                "node_noise": self.tree.node_noise.copy(), "W": self.W.copy(), "n_deletions": self.n_deletions}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         self.theta = self.stored_theta(state)
         self.tree.t = int(state["t"])
         self.tree.G = self.stored_theta(state, "G")
+        self.W = self.stored_theta(state, "W")
         nodes = np.asarray(state["node_noise"], dtype=np.float64)
         if nodes.shape != self.tree.node_noise.shape:
             raise ValueError("stored tree does not match the model's horizon")
@@ -293,11 +318,15 @@ class OnlineDPTree(Unlearner):
         if len(y) > self.learn_capacity():
             raise InputError(f"the model's horizon is {self.horizon} examples and it has learned {self.tree.t}: "
                              f"it can learn {self.learn_capacity()} more", code="horizon-reached")
-        theta, R, lam, tree = self.theta, self.spec.domain_radius, self.lam, self.tree
+        theta, R, lam, tree, mu, W = self.theta, self.spec.domain_radius, self.lam, self.tree, self.mu, self.W
         for x_aug, label in zip(augment(X), y):
             tree.add(self.loss.grad(theta, x_aug, label), self.node_noise)  # linearised at the played w_t
-            theta = project_l2_ball(-tree.released() / lam, R)              # FTRL with (lambda/2)||w||^2
-        self.theta = theta
+            if self.strongly_convex:  # FTRL on the quadratic lower bounds (module docstring)
+                W = W + theta
+                theta = project_l2_ball((mu * W - tree.released()) / (mu * tree.t + lam), R)
+            else:                     # FTRL with (lambda/2)||w||^2 on the linearised losses
+                theta = project_l2_ball(-tree.released() / lam, R)
+        self.theta, self.W = theta, W
         return np.arange(first, self.tree.t + 1, dtype=np.int64)
 
     # ---- unlearning -------------------------------------------------------------------------------
