@@ -43,6 +43,8 @@ def _hp(algorithm: str, n: int) -> dict:
         return {"initial_size": max(2, n)}
     if algorithm == "passive_olu_restart":
         return {"max_deletions": 10, "horizon": max(2, n)}
+    if algorithm == "online_dp_tree":
+        return {"max_deletions": MAX_FORGETS, "horizon": max(2, n)}
     return {}
 
 

@@ -34,6 +34,7 @@ TITLES = {
     "inference-not-ready": "The model does not answer predictions yet",
     "record-not-deletable": "The record cannot be forgotten with a certificate by this model",
     "retrain-not-supported": "This model family keeps no data to retrain on",
+    "horizon-reached": "The model has learned as many examples as its declared horizon",
     "invalid-model-spec": "Invalid model specification",
     "validation-error": "Request validation failed",
     "unauthorized": "Missing or invalid credentials",

@@ -221,10 +221,12 @@ class ModelService:
             raise Problem(422, "invalid-model-spec", "The declared bounds give no finite constants.")
         now = utcnow()
         model_id = new_id("mdl")
+        charge = engine.creation_charge()  # families private from the start pay their whole budget now
         row = Model(
             id=model_id, tenant_id=tenant_id, name=payload["name"], algorithm=spec.algorithm,
             spec_json=spec_to_json(spec), status=engine.status, step=0, n_records=0, n_forgotten=0, version=1,
-            epoch=1, rho_spent=0.0, ledger_json=json.dumps({**engine.ledger(), "book": book.open_book(engine)}),
+            epoch=1, rho_spent=0.0 if charge is None else float(charge["rho"]),
+            ledger_json=json.dumps({**engine.ledger(), "book": book.open_book(engine)}),
             constants_json=json.dumps(engine.constants()), guarantee_json=json.dumps(guarantee_of(engine)),
             published=published_bytes(engine.published()),
             published_at=now, created_at=now, updated_at=now,
@@ -237,6 +239,9 @@ class ModelService:
             s.add(row)
             s.flush()
             s.add(ModelState(model_id=model_id, version=1, blob=self.registry.dump(engine, model_id)))
+            if charge is not None:
+                s.add(LedgerEntry(model_id=model_id, epoch=1, receipt_id=None, kind="creation", step=0,
+                                  sigma=float(charge["sigma"]), rho=float(charge["rho"]), created_at=now))
             result = self.view(row)
             if guard is not None:
                 guard.complete(s, result)
@@ -353,6 +358,10 @@ class ModelService:
             if held:
                 raise Problem(409, "duplicate-record", f"Record id {ids[min(held)]!r} was already used in this model.")
             engine = self._checkout(s, row)
+            left = engine.learn_capacity()
+            if left is not None and len(ids) > left:
+                raise Problem(409, "horizon-reached", f"The model was created for a horizon of {engine.step + left} "
+                              f"examples and has learned {engine.step}: it can learn {left} more.")
             store = SqlRetained(s, model_id, spec.dim) if engine.needs_retained_data else None
             steps = engine.learn(X, y, store)  # on any refusal below the engine is dropped, not checked in
             now = utcnow()

@@ -8,6 +8,8 @@ from .certificate import Certificate
 from .noise import NoiseSource, SecureGaussianNoise, SeededNoise
 from .active import ActiveOLU
 from .descent_to_delete import DescentToDelete
+from .discard import DiscardAndRestart
+from .dp_tree import OnlineDPTree
 from .memory_pair import MemoryPair
 from .passive import PassiveOLU
 from .restart import PassiveOLURestart
@@ -16,7 +18,7 @@ from .rewind import RewindToDelete
 
 ALGORITHMS: dict[str, type[Unlearner]] = {
     cls.algorithm: cls for cls in (PassiveOLU, PassiveOLURestart, ActiveOLU, RetrainOGD, DescentToDelete, RewindToDelete,
-                               MemoryPair)
+                               MemoryPair, DiscardAndRestart, OnlineDPTree)
 }
 
 

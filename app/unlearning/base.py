@@ -195,6 +195,15 @@ class Unlearner(ABC):
         independently of the engine; None for families whose guarantee is not an additive zCDP budget."""
         return None
 
+    def creation_charge(self) -> dict[str, float] | None:
+        """A privacy charge paid when the model is created ({"sigma", "rho"}), for families that are private from
+        the start (the whole declared stream is charged up front and deletions are free); None otherwise."""
+        return None
+
+    def learn_capacity(self) -> int | None:
+        """How many more examples the model may learn (a declared horizon), or None for no limit."""
+        return None
+
     def retrain(self, retained: RetainedData) -> None:
         """Exact retrain on the retained examples: a new ledger epoch (data-holding families)."""
         raise NotImplementedError(f"{self.algorithm} keeps no data to retrain on")

@@ -1,0 +1,326 @@
+"""Online DP baseline (Guha Thakurta & Smith 2013; digest §1.7, §2.9): tree aggregation, private FTRL, ledger."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from app.privacy import epsilon_from_rho
+from app.unlearning import ALGORITHMS
+from app.unlearning.base import CapacityExhausted, ForgetError, InputError, ModelSpec, SpecError
+from app.unlearning.domain import project_l2_ball
+from app.unlearning.dp_tree import OnlineDPTree, decomposition, group_factor, levels_for
+from app.unlearning.losses import augment
+from app.unlearning.noise import SeededNoise
+from app.registry import rho_from_epsilon_delta
+from tests.olu_streams import PROBE, mixed_stream
+
+from .helpers import create_model, examples, unit_rows, verify_receipt
+
+
+def tspec(horizon=64, k=4, radius=20.0, l2=0.01, epsilon=1.0, delta=1e-6, **hp) -> ModelSpec:
+    hp = {"horizon": horizon, "max_deletions": k, **hp}
+    return ModelSpec("online_dp_tree", "logistic", 3, 2.0, 1.0, radius, l2, epsilon, delta,
+                     rho_from_epsilon_delta(epsilon, delta), hp)
+
+
+class ZeroNoise:
+    def standard_normal(self, size):
+        return np.zeros(size)
+
+
+def ftrl(s: ModelSpec, lam: float, X, y, noise_at=None) -> np.ndarray:
+    """Plain non-private FTRL with linearised losses, w_{t+1} = Pi_K(-(g_1 + ... + g_t) / lambda), or (variant
+    strongly_convex) on the quadratic lower bounds, w_{t+1} = Pi_K((mu (w_1 + ... + w_t) - G_t) / (mu t + lambda));
+    the published parameters after each step.  ``noise_at(t)`` perturbs the prefix sum (the FTRL response to it)."""
+    e = OnlineDPTree(s, ZeroNoise())  # only for its loss and variant
+    w, G, W, out = np.zeros(4), np.zeros(4), np.zeros(4), []
+    for t, (x, label) in enumerate(zip(augment(X), y), start=1):
+        G = G + e.loss.grad(w, x, label)
+        Gn = G if noise_at is None else G + noise_at(t)
+        if e.variant == "strongly_convex":
+            W = W + w
+            w = project_l2_ball((s.l2 * W - Gn) / (s.l2 * t + lam), s.domain_radius)
+        else:
+            w = project_l2_ball(-Gn / lam, s.domain_radius)
+        out.append(w)
+    return np.array(out)
+
+
+def run(e: OnlineDPTree, X, y) -> np.ndarray:
+    out = []
+    for i in range(len(y)):
+        e.learn(X[i : i + 1], y[i : i + 1])
+        out.append(e.published())
+    return np.array(out)
+
+
+# ---- specification and calibration --------------------------------------------------------------------------------
+def test_hyperparameters_and_calibration():
+    assert ALGORITHMS["online_dp_tree"] is OnlineDPTree
+    for hp in ({"max_deletions": 2}, {"horizon": 10}, {"horizon": 0, "max_deletions": 1},
+               {"horizon": 10, "max_deletions": 1, "group_privacy": "other"},
+               {"horizon": 10, "max_deletions": 1, "lambda": -1.0}, {"horizon": 10, "max_deletions": 1, "omega": 2},
+               {"horizon": 10**13, "max_deletions": 1}, {"horizon": 3, "max_deletions": 4}):
+        s = ModelSpec("online_dp_tree", "logistic", 3, 2.0, 1.0, 5.0, 0.0, 1.0, 1e-6, 0.02, hp)
+        with pytest.raises(SpecError):
+            OnlineDPTree(s)
+    assert [levels_for(T) for T in (1, 2, 3, 4, 7, 8, 1000, 1024)] == [1, 2, 2, 3, 3, 4, 10, 11]
+    # Proposition 1 (Mironov Prop. 2): k rounded up to 2^c, rho_olu = 6^c rho_tree; zCDP group privacy: k^2
+    assert [group_factor(k, "proposition_1") for k in (1, 2, 3, 4, 5, 10)] == [1, 6, 36, 36, 216, 1296]
+    assert [group_factor(k, "gaussian_group") for k in (1, 3, 10)] == [1, 9, 100]
+    for gp in ("proposition_1", "gaussian_group"):
+        s = tspec(horizon=1000, k=10, group_privacy=gp, variant="convex")
+        e = OnlineDPTree(s)
+        levels, group = 10, group_factor(10, gp)
+        # rho_tree = levels L^2 / (2 sigma^2) (removal sensitivity L per node); rho_olu = group rho_tree = rho
+        assert e.sigma == pytest.approx(e.L * math.sqrt(levels * group / (2 * s.rho)), rel=1e-12)
+        assert e.rho_tree == pytest.approx(levels * e.L**2 / (2 * e.sigma**2), rel=1e-12)
+        assert e.rho_olu == pytest.approx(s.rho, rel=1e-12) and e.rho_olu <= s.rho * (1 + 1e-15)
+        noise_norm = e.sigma * math.sqrt(4 * levels)
+        assert e.lam == pytest.approx(math.sqrt(2 * 1000 * e.L * (e.L + noise_norm)) / s.domain_radius)
+    assert OnlineDPTree(tspec(**{"lambda": 3.0})).lam == 3.0
+    # the strongly convex variant is opt-in (its own mu t regularises; lambda defaults to 0)
+    assert OnlineDPTree(tspec()).variant == "convex"
+    assert OnlineDPTree(tspec(variant="strongly_convex")).lam == 0.0
+    for bad in ({"variant": "strongly_convex", "l2": 0.0}, {"variant": "x"}, {"variant": "convex", "lambda": 0.0}):
+        with pytest.raises(SpecError):
+            OnlineDPTree(tspec(**bad))
+    # Proposition 1 covers orders >= 2 only: the epsilon reported is converted over those, close to the target
+    e = OnlineDPTree(tspec())
+    assert e.ledger()["epsilon"] == pytest.approx(1.0, rel=1e-6)
+    assert e.ledger()["epsilon"] >= epsilon_from_rho(e.rho_olu, 1e-6) * (1 - 1e-9)
+    # a budget so large that its conversion needs orders below 2 is refused (unless the zCDP group bound is used)
+    with pytest.raises(SpecError, match="gaussian_group"):
+        OnlineDPTree(tspec(epsilon=60.0, delta=0.1))
+    OnlineDPTree(tspec(epsilon=60.0, delta=0.1, group_privacy="gaussian_group"))
+
+
+# ---- the tree mechanism's noise ------------------------------------------------------------------------------------
+def tree_noise_samples(cls, T: int, runs: int) -> np.ndarray:
+    """(runs, T, d+1): the released prefix sum minus the true prefix sum after each step, over seeded runs."""
+    X, y = mixed_stream(np.random.default_rng(0), T)
+    out = np.empty((runs, T, 4))
+    for r in range(runs):
+        e = cls(tspec(horizon=T), SeededNoise(r))
+        for t in range(T):
+            e.learn(X[t : t + 1], y[t : t + 1])
+            out[r, t] = e.tree.released() - e.tree.G
+    return out
+
+
+def tree_noise_ok(b: np.ndarray, sigma: float) -> bool:
+    """Var(b_t) = popcount(t) sigma^2 per coordinate; Cov(b_s, b_t) = sigma^2 * (nodes shared by the binary
+    decompositions of s and t), checked for every pair s < t."""
+    n = b.shape[0] * b.shape[2]
+    T = b.shape[1]
+    flat = b.transpose(1, 0, 2).reshape(T, n) / sigma
+    cov = flat @ flat.T / n
+    nodes = [set(decomposition(t)) for t in range(1, T + 1)]
+    want = np.array([[len(nodes[s] & nodes[t]) for t in range(T)] for s in range(T)], dtype=float)
+    # sampling error of a (co)variance of n Gaussian products: sqrt((v_s v_t + c^2)/n); allow 4.5 of them
+    se = np.sqrt((np.outer(np.diag(want), np.diag(want)) + want**2) / n)
+    return bool(np.all(np.abs(cov - want) <= 4.5 * se + 1e-12))
+
+
+class FreshNoisePerRelease(OnlineDPTree):
+    """Negative control: each release gets its own fresh noise of the node scale (no tree: wrong variance and no
+    correlation between releases)."""
+
+    def learn(self, X, y, retained=None):
+        steps = super().learn(X, y, retained)
+        self.tree.node_noise[:] = 0.0
+        self.tree.node_noise[0] = self.node_noise(4) if self.tree.t & 1 else 0.0
+        if not self.tree.t & 1:
+            self.tree.node_noise[(self.tree.t & -self.tree.t).bit_length() - 1] = self.node_noise(4)
+        return steps
+
+
+def test_tree_noise_has_its_stated_variance_and_covariance():
+    b = tree_noise_samples(OnlineDPTree, 16, 600)
+    sigma = OnlineDPTree(tspec(horizon=16)).sigma
+    assert tree_noise_ok(b, sigma)
+    var = (b / sigma).var(axis=(0, 2))
+    for t in (1, 3, 7, 8, 15, 16):
+        assert var[t - 1] == pytest.approx(bin(t).count("1"), rel=0.12), (t, var[t - 1])
+    assert not tree_noise_ok(tree_noise_samples(FreshNoisePerRelease, 16, 600), sigma)
+
+
+# ---- private FTRL against non-private FTRL ---------------------------------------------------------------------
+@pytest.mark.parametrize("radius,hp", [(20.0, {}), (0.3, {"lambda": 1.0}), (20.0, {"variant": "strongly_convex"}),
+                                       (0.3, {"variant": "strongly_convex", "lambda": 0.5})])
+def test_zero_noise_is_nonprivate_ftrl_exactly(radius, hp):
+    X, y = mixed_stream(np.random.default_rng(5), 50)
+    s = tspec(horizon=50, radius=radius, **hp)
+    e = OnlineDPTree(s, ZeroNoise())
+    got = run(e, X, y)
+    assert np.array_equal(got, ftrl(s, e.lam, X, y))
+    if radius < 1:
+        assert np.isclose(np.linalg.norm(got, axis=1), radius).sum() > 25  # the projection is active
+
+
+@pytest.mark.parametrize("seed,variant", [(0, "convex"), (1, "convex"), (2, "strongly_convex"), (3, "strongly_convex")])
+def test_private_iterate_is_ftrl_response_to_the_tree_noise(seed, variant):
+    """With the same seeds: the noise of every release is sigma * (sum of the draws made when the nodes of the
+    binary decomposition of t completed), and the private play is FTRL's response to that perturbation of the
+    prefix sum of the gradients at the played points."""
+    T = 40
+    X, y = mixed_stream(np.random.default_rng(seed), T)
+    s = tspec(horizon=T, radius=1e9, l2=0.0 if variant == "convex" else 0.5, variant=variant, **{"lambda": 1e3})
+    e = OnlineDPTree(s, SeededNoise(seed))  # radius 1e9: no projection, the response to the noise is linear
+    got = run(e, X, y)
+    draws = SeededNoise(seed)
+    Z = np.array([draws.standard_normal(4) for _ in range(T)])  # the one draw of step t is the node ending at t
+    b = np.array([e.sigma * sum(Z[end - 1] for _, end in decomposition(t)) for t in range(1, T + 1)])
+    played = np.vstack([np.zeros(4), got[:-1]])
+    G = np.cumsum([e.loss.grad(w, x, label) for w, x, label in zip(played, augment(X), y)], axis=0)
+    if variant == "convex":
+        num, den = -G, e.lam
+    else:  # mu (w_1 + ... + w_t) - G_t over mu t + lambda, the played points being public
+        num, den = s.l2 * np.cumsum(played, axis=0) - G, (s.l2 * np.arange(1, T + 1) + e.lam)[:, None]
+    assert np.allclose(got, (num - b) / den, rtol=1e-12, atol=1e-12)
+    assert np.allclose(got - num / den, -b / den, rtol=1e-9, atol=1e-15)
+    # the same through the reference FTRL fed the same noise
+    assert np.allclose(got, ftrl(s, e.lam, X, y, noise_at=lambda t: b[t - 1]), rtol=1e-12, atol=1e-12)
+    control = run(FreshNoisePerRelease(s, SeededNoise(seed)), X, y)
+    assert not np.allclose(control, (num - b) / den, rtol=1e-6)
+
+
+def node_divergence(e: OnlineDPTree, g: np.ndarray, U, sigma: float) -> float:
+    """sum over every node of the tree of ||sum of the skipped records' gradients in it||^2 / (2 sigma^2)."""
+    T, realized = len(g), 0.0
+    for h in range(levels_for(e.horizon)):
+        for j in range(T >> h):
+            node = range(j * 2**h + 1, (j + 1) * 2**h + 1)
+            diff = sum((g[u - 1] for u in U if u in node), np.zeros(4))
+            realized += float(diff @ diff) / (2 * sigma**2)
+    return realized
+
+
+def test_realized_group_divergence_of_the_node_releases_is_within_the_charge():
+    """Conditioned on the played points (GTS13's adaptive argument), skipping the records U changes exactly the
+    nodes containing them, by the sum of their gradients; the realized divergence of the node releases,
+    sum_nodes ||diff||^2 / (2 sigma^2), must stay within the charge rho_olu (gaussian_group: k^2 rho_tree).  Pushers
+    drive the probe's score negative, so the skipped probe records (label 1) have gradients of norm close to L,
+    aligned and inside shared nodes: nearly tight.  A sigma ten times too small overspends."""
+    T, k = 64, 4
+    X = np.tile(PROBE, (T, 1))
+    y = np.zeros(T)
+    y[-4:] = 1.0
+    s = tspec(horizon=T, k=k, radius=50.0, l2=0.0, group_privacy="gaussian_group", **{"lambda": 10.0})
+    e = OnlineDPTree(s, ZeroNoise())
+    played = np.vstack([np.zeros(4), run(e, X, y)[:-1]])
+    g = np.array([e.loss.grad(w, x, label) for w, x, label in zip(played, augment(X), y)])
+    tight = node_divergence(e, g, [61, 62, 63, 64], e.sigma)
+    assert 0.6 * e.rho_olu <= tight <= e.rho_olu * (1 + 1e-9), tight / e.rho_olu
+    assert node_divergence(e, g, [61, 62, 63, 64], e.sigma / 10) > e.rho_olu
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        U = rng.choice(np.arange(1, T + 1), size=rng.integers(1, k + 1), replace=False)
+        assert node_divergence(e, g, U, e.sigma) <= e.rho_olu * (1 + 1e-9)
+    # Proposition 1's calibration is more conservative still
+    e1 = OnlineDPTree(tspec(horizon=T, k=k, radius=50.0, l2=0.0, **{"lambda": 10.0}), ZeroNoise())
+    assert node_divergence(e1, g, [61, 62, 63, 64], e1.sigma) <= e1.rho_olu * k**2 / group_factor(k, "proposition_1")
+
+
+# ---- ledger, deletions, horizon ---------------------------------------------------------------------------------
+def test_ledger_charged_at_creation_deletions_free():
+    s = tspec(horizon=30, k=3)
+    e = OnlineDPTree(s, SeededNoise(3))
+    assert e.creation_charge() == {"sigma": e.sigma, "rho": e.rho_olu}
+    assert e.ledger()["rho_spent"] == e.rho_olu and e.ledger()["capacity_left"] == 3
+    X, y = mixed_stream(np.random.default_rng(3), 30)
+    e.learn(X[:20], y[:20])
+    assert e.ledger()["rho_spent"] == e.rho_olu  # learning charges nothing more
+    before = e.published()
+    c1, c2 = e.forget([4, 20])
+    for i, c in enumerate((c1, c2), start=1):
+        assert (c.mechanism, c.rho, c.sigma, c.sensitivity, c.deletion_index) == ("dp_from_start", 0.0, e.sigma,
+                                                                                  e.L, i)
+        assert c.details["rho_charged_at_creation"] == e.rho_olu and c.forgotten_step == 20
+    assert np.array_equal(before, e.published())  # a deletion changes nothing
+    assert e.ledger()["rho_spent"] == e.rho_olu and e.ledger()["capacity_left"] == 1 and e.status == "ready"
+    with pytest.raises(CapacityExhausted):
+        e.forget([1, 2])
+    assert e.ledger()["deletions"] == 2
+    with pytest.raises(ForgetError):
+        e.forget([21])
+    e.forget([1])
+    assert e.status == "retrain_required" and e.ledger()["capacity_left"] == 0
+    # beyond the horizon nothing is learned
+    state = e.state()
+    with pytest.raises(InputError) as err:
+        e.learn(np.vstack([X[20:], X[:1]]), np.concatenate([y[20:], y[:1]]))
+    assert err.value.code == "horizon-reached"
+    for key, v in e.state().items():
+        assert np.array_equal(np.asarray(v), np.asarray(state[key])), key
+    e.learn(X[20:], y[20:])
+    assert e.step == 30 and e.learn_capacity() == 0
+
+
+def test_state_round_trip():
+    s = tspec(horizon=40)
+    X, y = mixed_stream(np.random.default_rng(8), 40)
+    a = OnlineDPTree(s, SeededNoise(1))
+    a.learn(X[:23], y[:23])
+    a.forget([3])
+    b = OnlineDPTree.from_state(s, a.state(), SeededNoise(2))
+    a.noise = SeededNoise(2)
+    for e in (a, b):
+        e.learn(X[23:], y[23:])
+    for key, v in a.state().items():
+        assert np.array_equal(np.asarray(v), np.asarray(b.state()[key])), key
+    with pytest.raises(ValueError):
+        OnlineDPTree.from_state(tspec(horizon=400), a.state())
+
+
+# ---- over HTTP ---------------------------------------------------------------------------------------------------
+def test_online_dp_tree_over_http(server, tenant):
+    _, c = tenant
+    algos = {a["name"]: a for a in c.get("/v1/algorithms").json()["items"]}
+    assert algos["online_dp_tree"]["accounting"] == "dp_from_start"
+    assert "Proposition 1" in algos["online_dp_tree"]["guarantee"]["definition"]
+    r = c.post("/v1/models", json={"name": "x", "algorithm": "online_dp_tree", "loss": "logistic", "dim": 3,
+                                   "bounds": {"x_norm": 1.0}, "domain_radius": 10.0, "l2": 0.05,
+                                   "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": {"horizon": 40}})
+    assert r.status_code == 422 and "max_deletions" in r.json()["detail"]
+    model = create_model(c, dim=3, algorithm="online_dp_tree", hyperparameters={"horizon": 40, "max_deletions": 3})
+    mid = model["id"]
+    assert model["hyperparameters"] == {"horizon": 40, "max_deletions": 3, "group_privacy": "proposition_1",
+                                        "variant": "convex"}
+    assert model["constants"]["sigma"] > 0 and model["constants"]["levels"] == 6.0
+    ledger = c.get(f"/v1/models/{mid}/ledger").json()
+    charge = ledger["rho_spent"]
+    assert charge == pytest.approx(ledger["rho_budget"], rel=1e-12) and charge > 0  # charged at creation
+    assert ledger["epsilon"] == pytest.approx(1.0, rel=1e-6) and ledger["capacity_left"] == 3
+    assert [(e["kind"], e["step"], e["rho"]) for e in ledger["entries"]] == [("creation", 0, charge)]
+    assert model["ledger_summary"]["rho_spent"] == charge
+    X = unit_rows(41, 3, seed=4)
+    assert c.post(f"/v1/models/{mid}/learn", json={"examples": examples(X[:30])}).status_code == 200
+    params = c.get(f"/v1/models/{mid}/parameters").json()
+    r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-3", "rec-29"]})
+    assert r.status_code == 200, r.text
+    keys = c.get("/v1/keys").json()["keys"]
+    for receipt in r.json()["receipts"]:
+        assert verify_receipt(receipt, keys) and receipt["algorithm"] == "online_dp_tree"
+        assert receipt["mechanism"]["type"] == "dp_from_start" and receipt["mechanism"]["rho"] == 0.0
+        assert receipt["ledger_after"]["rho_spent"] == charge
+        assert receipt["guarantee"]["epsilon"] == pytest.approx(1.0, rel=1e-6)
+    after = c.get(f"/v1/models/{mid}/parameters").json()
+    assert after["weights"] == params["weights"] and after["bias"] == params["bias"]  # a deletion changes nothing
+    assert c.post(f"/v1/models/{mid}/predict", json={"x": X[:2].tolist()}).status_code == 200
+    ledger = c.get(f"/v1/models/{mid}/ledger").json()
+    assert [(e["kind"], e["rho"]) for e in ledger["entries"]] == [("creation", charge), ("deletion", 0.0),
+                                                                   ("deletion", 0.0)]
+    assert ledger["rho_spent"] == charge and ledger["capacity_left"] == 1
+    # beyond the declared horizon: refused, nothing learned
+    r = c.post(f"/v1/models/{mid}/learn", json={"examples": examples(X[30:41], start=30)})
+    assert r.status_code == 409 and r.json()["type"].endswith("/horizon-reached"), r.text
+    assert c.get(f"/v1/models/{mid}").json()["step"] == 30
+    assert c.post(f"/v1/models/{mid}/learn", json={"examples": examples(X[30:40], start=30)}).status_code == 200
+    # deletions beyond max_deletions: refused
+    r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-1", "rec-2"]})
+    assert r.status_code == 409 and r.json()["type"].endswith("/deletion-capacity-exhausted")
+    rt = c.post(f"/v1/models/{mid}/retrain")
+    assert rt.status_code == 409 and rt.json()["type"].endswith("/retrain-not-supported")
