@@ -29,7 +29,7 @@ Schedules (hyperparameter ``schedule``; digest §2.4):
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -133,7 +133,7 @@ class PassiveOLU(Unlearner):
         if name == "convex_constant":
             return ConstantStep(float(hp["eta"]), self.mu, self.beta)
         if name == "adaptive":
-            return Adaptive(2.0 * self.spec.domain_radius, self.beta, float(hp["p0"]), bool(hp["capped"]))
+            return Adaptive(2.0 * self.spec.domain_radius, self.beta, float(hp["p0"]), bool(hp["capped"]), G=self.L)
         raise SpecError(f"unknown schedule {name!r}")  # pragma: no cover - normalize_hyperparameters rejects it
 
     @classmethod
@@ -205,7 +205,17 @@ class PassiveOLU(Unlearner):
                 if not p0 > 0:
                     raise SpecError("p0 must be a positive number (pitfall P11: p(0) = 0 gives an infinite step)")
                 hp["p0"] = p0
+                least = (loss.smoothness * spec.domain_radius) ** 2  # beta^2 D^2 / 4 with D = 2R (digest §2.4(d))
+                if cls.refuses_undeletable and not hp["capped"] and p0 < least * (1.0 - 1e-12):
+                    raise SpecError(
+                        f"p0 = {p0:.6g} is refused with capped = false: below beta^2 D^2/4 = {least:.6g} whether a "
+                        "record can be forgotten depends on the training gradients (the adaptive step sizes, which "
+                        "are not published), so no forget could be certified; use capped = true or p0 >= "
+                        f"{least:.6g}")
         return hp
+
+    # a model on which no forget could be certified is refused at creation (the restart family restarts instead)
+    refuses_undeletable: ClassVar[bool] = True
 
     @classmethod
     def needs_max_deletions(cls) -> bool:
@@ -321,6 +331,12 @@ class PassiveOLU(Unlearner):
 
     def shift_bound(self, u: int, tau: int) -> tuple[float, float, float]:
         """(Delta_u, Gamma(u, tau), a = Delta_u Gamma(u, tau)) from public quantities only."""
+        if isinstance(self.schedule, Adaptive):
+            # eta_u depends on the gradient norms (the forgotten record's too) and is not published (issue 14):
+            # Delta_u <= L min(D/sqrt(p0), 2/beta), and Gamma = 1 for a deletable u (eta non-increasing, so every
+            # later step has eta <= 2/beta and gamma_r = 1; schedules.Adaptive)
+            delta_u = self.schedule.public_eta_bound() * self.L
+            return delta_u, 1.0, delta_u
         delta_u = self.schedule.eta(u - self.epoch_start) * self.L
         gamma = math.exp(self.log_gamma(u, tau))
         return delta_u, gamma, delta_u * gamma
@@ -367,6 +383,8 @@ class PassiveOLU(Unlearner):
         sigma = self.noise_multiplier(i) * a
         rho_i = a * a / (2.0 * sigma * sigma) if sigma > 0 else 0.0
         self.theta = self.apply_noise(sigma)
+        if isinstance(self.schedule, Adaptive) and self.eta_script is None:
+            self.schedule.forget_gradient_norms()  # later steps: public bound instead of the gradient norms
         self.n_charged = i
         self.n_deletions += 1
         self.rho_spent += rho_i

@@ -63,6 +63,8 @@ class PassiveOLURestart(PassiveOLU):
     def default_schedule(cls) -> str:
         return "regularized_convex"
 
+    refuses_undeletable = False  # a record the schedule does not cover restarts the model (exact)
+
     @classmethod
     def default_capped(cls) -> bool:
         return False
