@@ -24,7 +24,10 @@ Schedules (hyperparameter ``schedule``; digest §2.4):
   adaptive                AdaGrad-norm eta_t = D/sqrt(p(t)), p(t) = p0 + sum ||grad||^2 (001 Thm 4 / 000 Thm 3.5),
                           ``p0`` (default L^2), gamma = 1; ``capped`` (default true) clips eta at 2/beta so every
                           record is deletable, capped=false enforces eta_u <= 2/beta (p(u) >= beta^2 D^2/4).
-                          Gradient norms are treated as public (the step sizes are stored in the state).
+                          The step sizes depend on the gradient norms and are secret state (issue 14): a
+                          certificate uses their public bound min(D/sqrt(p0), 2/beta), deletability is decided
+                          from declared numbers (capped=false needs p0 >= beta^2 D^2/4), and after a forget p is
+                          reset to its public bound p0 + L^2 t so later steps forget the record's gradient norm.
 """
 from __future__ import annotations
 
@@ -60,8 +63,9 @@ GUARANTEE_WORDS = (
     "the same algorithm would have published had the record never been learned."
 )
 ADAPTIVE_WORDS = GUARANTEE_WORDS + (
-    " The adaptive step sizes depend on the norms of the training gradients; as in the paper, these norms "
-    "(and so the step-size sequence) are treated as public, and the comparison run uses the same step sizes."
+    " The adaptive step sizes depend on the norms of the training gradients; they are never published (each "
+    "certificate uses their bound from declared numbers, and after a deletion they restart from their worst "
+    "case), and, as in the paper, the comparison run uses the same step sizes up to the deletion."
 )
 
 
