@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from app.unlearning.base import ArrayRetained, CapacityExhausted, ForgetError, ModelSpec, SpecError
+from app.unlearning.base import ArrayRetained, CapacityExhausted, ForgetError, ModelSpec, NotDeletable, SpecError
 from app.unlearning.memory_pair import CurvatureMemory, MemoryPair, UncertifiedMemoryPair, example_digest
 from app.unlearning.noise import SeededNoise
 
@@ -393,11 +393,25 @@ def test_settings_measured_under_noised_are_refused(hp, words):
     least = math.ceil(MemoryPair(make_spec()).beta / 0.05)  # logistic, l2 = 0.05: beta = 2/4 + 0.05, least = 12
     assert least == MemoryPair(make_spec()).burn_in > 5  # so burn_in = 5 is below the measured length
     with pytest.raises(SpecError, match=words):
-        MemoryPair(sp)
-    assert UncertifiedMemoryPair(sp).hp["burn_in"] == hp.get("burn_in", "auto")
-    assert MemoryPair(make_spec(burn_in=least)).burn_in == least  # at or above the measured length: accepted
+        MemoryPair.normalize_hyperparameters(sp)  # creation (app.registry.build_spec)
+    assert MemoryPair.normalize_hyperparameters(make_spec(burn_in=least))["burn_in"] == least  # accepted
     with pytest.raises(SpecError, match=f"integer >= {least}"):
-        MemoryPair(make_spec(burn_in=least - 1))
+        MemoryPair.normalize_hyperparameters(make_spec(burn_in=least - 1))
+    # a model stored before the refusal loads and learns, but refuses every forget and changes nothing
+    X, y = make_data(3, 40)
+    old = MemoryPair(sp, SeededNoise(1))
+    steps = old.learn(X, y)
+    before = old.state()
+    with pytest.raises(NotDeletable, match="certificates false") as e:
+        old.forget([20], ArrayRetained(steps, X, y))
+    assert e.value.steps == (20,)
+    after = old.state()
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    # the measurement-only class forgets under them (bench/, tests/)
+    u = UncertifiedMemoryPair(sp, SeededNoise(1))
+    u.learn(X, y)
+    (c,) = u.forget([20], ArrayRetained(steps, X, y))
+    assert c.mechanism == "gaussian"
 
 
 def test_defaults():

@@ -173,7 +173,7 @@ def test_adaptive_corrected_condition_is_enforced():
     base = PassiveOLU(spec("adaptive", l2=0.0))
     s = spec("adaptive", l2=0.0, capped=False, p0=base.beta**2 / 4)
     with pytest.raises(SpecError, match=r"beta\^2 D\^2/4"):
-        PassiveOLU(s)
+        PassiveOLU.normalize_hyperparameters(s)
     e = PassiveOLURestart(spec("adaptive", l2=0.0, capped=False, p0=base.beta**2 / 4, max_deletions=3,
                                algorithm="passive_olu_restart"))
     X, y, u = probe_stream(5, 5)

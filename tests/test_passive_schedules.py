@@ -137,8 +137,14 @@ def test_strongly_convex_not_deletable_is_atomic():
 def test_adaptive_uncapped_rule():
     # p0 below beta^2 D^2 / 4: the first steps may have eta > 2/beta, and whether a record is deletable would depend
     # on the gradient norms (not published; issue 14): refused at creation
+    refused = spec("adaptive", l2=0.0, capped=False, p0=1.0, radius=2.0)
     with pytest.raises(SpecError, match="p0 = 1 is refused with capped = false"):
-        PassiveOLU(spec("adaptive", l2=0.0, capped=False, p0=1.0, radius=2.0))
+        PassiveOLU.normalize_hyperparameters(refused)
+    stored = PassiveOLU(refused, SeededNoise(2))  # a model stored before the refusal: learns, never forgets
+    stored.learn(*mixed_stream(np.random.default_rng(0), 20))
+    with pytest.raises(NotDeletable, match="no forget certifiable"):
+        stored.forget([15])
+    assert stored.n_deletions == 0
     beta = PassiveOLU(spec("adaptive", l2=0.0, radius=2.0)).beta
     s = spec("adaptive", l2=0.0, capped=False, p0=(beta * 2.0) ** 2, radius=2.0)  # p0 = beta^2 D^2 / 4
     e = PassiveOLU(s, SeededNoise(2))

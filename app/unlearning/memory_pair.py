@@ -73,7 +73,8 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from .base import CapacityExhausted, ForgetError, ModelSpec, RetainedData, SpecError, Unlearner, validate_examples
+from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
+                   Unlearner, validate_examples)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment
@@ -230,7 +231,11 @@ class MemoryPair(Unlearner):
 
     def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
         super().__init__(spec, noise)
-        hp = self.normalize_hyperparameters(spec)
+        try:
+            hp = self.normalize_hyperparameters(spec)
+            self.refused: str | None = None
+        except UnderNoisedSpec as e:  # a model stored before the refusal: it may learn, never certify a forget
+            hp, self.refused = e.hp, str(e)
         self.hp = hp
         self.declare_loss(hp)
         self.lam = self.mu  # the draft's name for the strong-convexity constant
@@ -313,21 +318,21 @@ class MemoryPair(Unlearner):
     def _refuse_under_noised(cls, spec: ModelSpec, hp: Mapping[str, Any]) -> None:
         """Refuse the settings whose certificate the project measured false (docs/memory_pair.md, replay gap)."""
         if hp["initial_curvature"] == "shanno_phua":
-            raise SpecError(
+            raise UnderNoisedSpec(
                 'initial_curvature = "shanno_phua" is refused: with it the corrected model was measured up to '
                 "1.25 Delta away from the replay without the record (bench/memory_pair_replay.py), so its "
-                "certificate would be false; use a number in (0, 1] (default 1e-3)")
+                "certificate would be false; use a number in (0, 1] (default 1e-3)", hp)
         if hp["burn_in"] != "auto":
             from .losses import make_loss  # losses imports base; the public constants of the declared loss
 
             loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp)
             least = math.ceil(loss.smoothness / loss.mu)
             if hp["burn_in"] < least:
-                raise SpecError(
+                raise UnderNoisedSpec(
                     f"burn_in = {hp['burn_in']} is refused: below ceil(beta/lam) = {least} the corrected model was "
                     "measured up to 1.88 Delta away from the replay without the record (bench/memory_pair_replay.py; "
                     "burn_in = 0 is the draft's learner), so its certificate would be false; use \"auto\" or an "
-                    f"integer >= {least}")
+                    f"integer >= {least}", hp)
 
     # ---- state --------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -537,6 +542,9 @@ class MemoryPair(Unlearner):
         for u in steps:
             if not 1 <= u <= self.t:
                 raise ForgetError(f"step {u} was never learned by this model")
+        if self.refused is not None:
+            raise NotDeletable(f"this model's settings would make its certificates false: {self.refused}; "
+                               "create a model with certified settings", steps=steps)
         if len(set(steps)) != len(steps):
             raise ForgetError("a step is named twice")
         if len(steps) > self.n_active:

@@ -37,7 +37,8 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from . import fast
-from .base import CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, Unlearner
+from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
+                   Unlearner)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment, make_loss
@@ -101,7 +102,11 @@ class PassiveOLU(Unlearner):
 
     def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
         super().__init__(spec, noise)
-        hp = self.normalize_hyperparameters(spec)
+        try:
+            hp = self.normalize_hyperparameters(spec)
+            self.refused: str | None = None
+        except UnderNoisedSpec as e:  # a model stored before the refusal: it may learn, never certify a forget
+            hp, self.refused = e.hp, str(e)
         self.hp = hp
         self.schedule_name = hp["schedule"]
         self.reg_lambda = 0.0
@@ -211,11 +216,11 @@ class PassiveOLU(Unlearner):
                 hp["p0"] = p0
                 least = (loss.smoothness * spec.domain_radius) ** 2  # beta^2 D^2 / 4 with D = 2R (digest §2.4(d))
                 if cls.refuses_undeletable and not hp["capped"] and p0 < least * (1.0 - 1e-12):
-                    raise SpecError(
+                    raise UnderNoisedSpec(
                         f"p0 = {p0:.6g} is refused with capped = false: below beta^2 D^2/4 = {least:.6g} whether a "
                         "record can be forgotten depends on the training gradients (the adaptive step sizes, which "
                         "are not published), so no forget could be certified; use capped = true or p0 >= "
-                        f"{least:.6g}")
+                        f"{least:.6g}", hp)
         return hp
 
     # a model on which no forget could be certified is refused at creation (the restart family restarts instead)
@@ -360,6 +365,9 @@ class PassiveOLU(Unlearner):
 
     def _precheck(self, steps: list[int]) -> None:
         """Refuse the whole request before anything changes (atomic): uncovered steps, exhausted capacity."""
+        if self.refused is not None:
+            raise NotDeletable(f"this model's settings leave no forget certifiable: {self.refused}; create a "
+                               "model with certified settings", steps=steps)
         deletable, start = self.schedule.deletable, self.epoch_start
         bad = [u for u in steps if not deletable(u - start)]
         if bad:
