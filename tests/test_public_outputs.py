@@ -230,3 +230,44 @@ def test_adaptive_deletability_is_decided_from_declared_numbers():
             small.next_eta(0.01)
             large.next_eta(4.0 if t == 3 else 0.01)  # one record with a large gradient
         assert [small.deletable(u) for u in range(1, 41)] == [large.deletable(u) for u in range(1, 41)]
+
+
+def test_migration_withdraws_the_data_dependent_numbers_stored_before(tmp_path):
+    """Rows written before the fix held S_N and the numbers read from it; migration 0008 rewrites them to the
+    public ones the engine now publishes, so they are not served until the model's next write."""
+    import json
+
+    from alembic import command
+    from sqlalchemy import create_engine, text
+
+    from app.db.migrate import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    app = create_app(Settings(data_dir=tmp_path, log_level="WARNING", database_url=url))
+    ctx = app.state.ctx
+    t = ctx.tenants.create_tenant("t")["id"]
+    spec = {"name": "m", "algorithm": "memory_pair", "loss": "logistic", "dim": DIM,
+            "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0, "l2": 0.05,
+            "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": {"inference_gate": True}}
+    m = ctx.models.create(t, spec)["id"]
+    (X, y), _ = _streams(5)
+    ctx.models.learn(t, m, [f"r{i}" for i in range(N)], X[:N], y[:N])
+    public = ctx.models.ledger(t, m)["details"]
+    ctx.db.dispose()
+    cfg = alembic_config(url)
+    command.downgrade(cfg, "0007")
+    eng = create_engine(url)
+    with eng.begin() as conn:  # what the old code stored
+        ledger = json.loads(conn.execute(text("SELECT ledger_json FROM models WHERE id = :m"), {"m": m}).scalar_one())
+        ledger.update({"S_N": 17.54, "gamma_capacity": 0, "gamma_capacity_left": 0, "sample_complexity": 966,
+                       "inference_allowed": False})
+        conn.execute(text("UPDATE models SET ledger_json = :l WHERE id = :m"), {"l": json.dumps(ledger), "m": m})
+    eng.dispose()
+    command.upgrade(cfg, "head")
+    app = create_app(Settings(data_dir=tmp_path, log_level="WARNING", database_url=url))
+    try:
+        details = app.state.ctx.models.ledger(t, m)["details"]
+        assert not {"S_N", "gamma_capacity", "gamma_capacity_left"} & set(details)
+        assert details == public  # exactly what the engine publishes now
+    finally:
+        app.state.ctx.db.dispose()
