@@ -106,7 +106,7 @@ def _metrics(ctx) -> list[str]:
                   and "_created" not in line)
 
 
-def _world(tmp: Path, monkeypatch, caplog, algorithm: str, hp: dict, X, y, forget: int = SECRET) -> dict:
+def _world(tmp: Path, monkeypatch, caplog, algorithm: str, hp: dict, X, y) -> dict:
     seeded = _Seeded()
     monkeypatch.setattr(engine_base, "SecureGaussianNoise", lambda: seeded.noise)
     monkeypatch.setattr(d2d_module, "secrets", types.SimpleNamespace(randbits=seeded.randbits))
@@ -128,7 +128,8 @@ def _world(tmp: Path, monkeypatch, caplog, algorithm: str, hp: dict, X, y, forge
                 return ctx.models.unlearn(t, m, [f"r{i}"], examples=[(f"r{i}", X[i].tolist(), float(y[i]))])
             return ctx.models.unlearn(t, m, [f"r{i}"])
 
-        out["forget"] = _problem(lambda: unlearn(forget))
+        learned = ctx.models.parameters(t, m)
+        out["forget"] = _problem(lambda: unlearn(SECRET))
         out["after_forget"] = {"model": ctx.models.get(t, m), "ledger": ctx.models.ledger(t, m),
                                "predict": _problem(lambda: ctx.models.predict(t, m, X[:4].tolist()))}
         ids = [f"r{i}" for i in range(N, N + LATER)]
@@ -142,7 +143,7 @@ def _world(tmp: Path, monkeypatch, caplog, algorithm: str, hp: dict, X, y, forge
         out["parameters"] = ctx.models.parameters(t, m)
         out["metrics"] = _metrics(ctx)
         out["logs"] = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
-        return out
+        return out, learned
     finally:
         ctx.db.dispose()
 
@@ -163,24 +164,15 @@ def _first_difference(a, b, path="") -> str:
 def test_public_outputs_do_not_depend_on_a_forgotten_record(tmp_path, monkeypatch, caplog, algorithm, hp, exact):
     caplog.set_level(logging.INFO)
     (Xa, ya), (Xb, yb) = _streams(5)
-    a = _world(tmp_path / "a", monkeypatch, caplog, algorithm, hp, Xa, ya)
-    b = _world(tmp_path / "b", monkeypatch, caplog, algorithm, hp, Xb, yb)
+    a, learned_a = _world(tmp_path / "a", monkeypatch, caplog, algorithm, hp, Xa, ya)
+    b, learned_b = _world(tmp_path / "b", monkeypatch, caplog, algorithm, hp, Xb, yb)
+    # not vacuous: while the record is learned, the two worlds' models differ
+    assert (learned_a["weights"], learned_a["bias"]) != (learned_b["weights"], learned_b["bias"])
     assert "ok" in a["forget"] and "ok" in a["forget_other"], (a["forget"], a["forget_other"])  # the path ran
     assert a["forget"]["ok"]["receipts"], "no receipt issued"
     na, nb = _normalise(a, keep_parameters=exact), _normalise(b, keep_parameters=exact)
     for key in na:
         assert na[key] == nb[key], f"{key} tells the two worlds apart: {_first_difference(na[key], nb[key])}"
-
-
-@pytest.mark.parametrize("algorithm,hp", [("retrain", {}), ("memory_pair", {"capacity": 8})])
-def test_negative_control_a_record_not_forgotten_is_seen(tmp_path, monkeypatch, caplog, algorithm, hp):
-    """The comparison is not vacuous: when another record is forgotten instead, the differing record is still
-    learned and the two worlds' parameters (exact family) or predictions differ."""
-    (Xa, ya), (Xb, yb) = _streams(5)
-    a = _world(tmp_path / "a", monkeypatch, caplog, algorithm, hp, Xa, ya, forget=SECRET + 2)
-    b = _world(tmp_path / "b", monkeypatch, caplog, algorithm, hp, Xb, yb, forget=SECRET + 2)
-    assert a["parameters"]["weights"] != b["parameters"]["weights"]
-    assert a["predict"] != b["predict"]
 
 
 # ---- secret state that outlives a forget ------------------------------------------------------------------------
