@@ -26,7 +26,7 @@ from sklearn.datasets import load_breast_cancer, load_digits  # noqa: E402
 from app.unlearning.base import ModelSpec  # noqa: E402
 from app.unlearning.domain import project_l2_ball  # noqa: E402
 from app.unlearning.losses import augment  # noqa: E402
-from app.unlearning.memory_pair import MemoryPair  # noqa: E402
+from app.unlearning.memory_pair import UncertifiedMemoryPair as MemoryPair  # noqa: E402  (measures refused settings too)
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 LAM, R = 0.01, 10.0

@@ -20,7 +20,7 @@ import numpy as np
 from sklearn.datasets import load_breast_cancer
 
 from app.unlearning.base import ArrayRetained, ModelSpec
-from app.unlearning.memory_pair import MemoryPair
+from app.unlearning.memory_pair import UncertifiedMemoryPair as MemoryPair  # also measures the refused settings
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "docs" / "memory_pair_replay_results.md"
 LAM, R, RHO, CAP = 0.01, 10.0, 1.0, 32
@@ -146,6 +146,53 @@ def section(X, y, rng, t0) -> list[str]:
     return out
 
 
+def random_stream(rng) -> tuple:
+    """(d, n, l2, R, X, y, u): a small random stream (d <= 5, n <= 120, label noise) and the record to delete,
+    among the first 6 in 60% of the draws."""
+    d, n = int(rng.integers(1, 6)), int(rng.integers(10, 120))
+    l2, rad = float(10 ** rng.uniform(-3, -0.5)), float(10 ** rng.uniform(0, 1.5))
+    X = rng.normal(size=(n, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    if rng.random() < 0.5:
+        X[:, 0] = np.abs(X[:, 0])
+    y = (X @ rng.normal(size=d) > 0).astype(float)
+    flip = rng.random(n) < rng.uniform(0, 0.3)
+    y[flip] = 1 - y[flip]
+    u = int(rng.integers(1, min(n, 6) + 1)) if rng.random() < 0.6 else int(rng.integers(1, n + 1))
+    return d, n, l2, rad, X, y, u
+
+
+def burn_in_lengths(trials: int, seeds: tuple[int, ...]) -> list[str]:
+    """Gap after removal / Delta for burn_in = k * ceil(beta/lam) on the random small streams: the service refuses
+    an integer burn_in below ceil(beta/lam) (issue 14), which needs the shorter one to be measured unsafe and the
+    longer ones safe."""
+    mults = (0.5, 1.0, 2.0, 4.0)
+    stats: dict[float, list[float]] = {k: [] for k in mults}
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        for _ in range(trials):
+            d, n, l2, rad, X, y, u = random_stream(rng)
+            auto = MemoryPair(ModelSpec("memory_pair", "logistic", d, 1.0, 1.0, rad, l2, 1.0, 1e-5, 1.0, {})).burn_in
+            for k in mults:
+                hp = {"burn_in": math.ceil(k * auto)}
+                sp = ModelSpec("memory_pair", "logistic", d, 1.0, 1.0, rad, l2, 1.0, 1e-5, 1.0, hp)
+                e, ref = MemoryPair(sp, ZeroNoise()), MemoryPair(sp, ZeroNoise())
+                steps = e.learn(X, y)
+                ref.learn(X[:u - 1], y[:u - 1])
+                ref.skip()
+                ref.learn(X[u:], y[u:])
+                (c,) = e.forget([u], ArrayRetained(steps, X, y))
+                stats[k].append(float(np.linalg.norm(e.theta - ref.theta)) / c.sensitivity)
+    out = [f"## Burn-in length ({trials} random small streams per seed, seeds {list(seeds)}; as above)", "",
+           "| burn_in | gap after removal / Delta: median, max | streams with gap after > Delta |", "|---|---|---|"]
+    for k, rec in stats.items():
+        r = np.array(rec)
+        out.append(f"| {k:g} x ceil(beta/lam) | {np.median(r):.3f}, {r.max():.2f} | {int((r > 1).sum())} of {len(r)} |")
+    out += ["", "An integer burn_in below ceil(beta/lam) is refused at creation (issue 14): half the length already "
+            "exceeds Delta, and burn_in = 0 (the draft's learner) is the worst case above.", ""]
+    return out
+
+
 def random_search(trials: int, seed: int) -> list[str]:
     """Small random streams (d <= 5, n <= 120, label noise, early records favoured): how often gap > Delta."""
     rng = np.random.default_rng(seed)
@@ -156,16 +203,7 @@ def random_search(trials: int, seed: int) -> list[str]:
     worst_name = "burn_in = 0 (pairs from the first insert, as the draft)"
     worst = (0.0, "")
     for _ in range(trials):
-        d, n = int(rng.integers(1, 6)), int(rng.integers(10, 120))
-        l2, rad = float(10 ** rng.uniform(-3, -0.5)), float(10 ** rng.uniform(0, 1.5))
-        X = rng.normal(size=(n, d))
-        X /= np.linalg.norm(X, axis=1, keepdims=True)
-        if rng.random() < 0.5:
-            X[:, 0] = np.abs(X[:, 0])
-        y = (X @ rng.normal(size=d) > 0).astype(float)
-        flip = rng.random(n) < rng.uniform(0, 0.3)
-        y[flip] = 1 - y[flip]
-        u = int(rng.integers(1, min(n, 6) + 1)) if rng.random() < 0.6 else int(rng.integers(1, n + 1))
+        d, n, l2, rad, X, y, u = random_stream(rng)
         for name, (hp, no_pairs) in names.items():
             sp = ModelSpec("memory_pair", "logistic", d, 1.0, 1.0, rad, l2, 1.0, 1e-5, 1.0, hp)
             e, ref = MemoryPair(sp, ZeroNoise()), MemoryPair(sp, ZeroNoise())
@@ -213,6 +251,7 @@ def main() -> None:
         out += [f"## initial_curvature = {curvature!r}" + (" (default)" if curvature == 1e-3 else ""), ""]
         out += section(X, y, rng, t0) + [""]
     out += random_search(150, 11)
+    out += burn_in_lengths(600, (11, 12))
     CURVATURE[0] = 1e-3
     e = MemoryPair(spec(X.shape[1]))
     N = len(y)

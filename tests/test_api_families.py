@@ -151,6 +151,26 @@ def test_memory_pair_inference_gate(tenant):
     assert c.post(f"/v1/models/{ungated}/predict", json={"x": [[0.1, 0.1]]}).status_code == 200
 
 
+@pytest.mark.parametrize("algorithm,hp,field", [
+    ("memory_pair", {"burn_in": 0}, "burn_in"),
+    ("memory_pair", {"initial_curvature": "shanno_phua"}, "initial_curvature"),
+    ("passive_olu", {"schedule": "adaptive", "capped": False, "p0": 1.0}, "p0"),
+])
+def test_settings_with_a_false_certificate_are_refused_at_creation(tenant, algorithm, hp, field):
+    """Issue 14 (4): settings the project measured as under-noised (memory pair) or whose forgets could only be
+    decided from unpublished data (uncapped adaptive below beta^2 D^2/4) are refused with a 422 naming the field."""
+    _, c = tenant
+    before = len(c.get("/v1/models").json()["items"])
+    body = {"name": "m", "algorithm": algorithm, "loss": "logistic", "dim": 3, "bounds": {"x_norm": 1.0},
+            "domain_radius": 10.0, "l2": 0.05, "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": hp}
+    r = c.post("/v1/models", json=body)
+    assert r.status_code == 422 and r.headers["content-type"].startswith("application/problem+json")
+    problem = r.json()
+    assert problem["type"].endswith("/invalid-model-spec") and problem["detail"].startswith(field)
+    assert "refused" in problem["detail"]
+    assert len(c.get("/v1/models").json()["items"]) == before  # nothing created
+
+
 def test_the_service_ledger_refuses_an_under_noised_certificate(server, tenant, monkeypatch):
     """The service spends each Gaussian certificate against its own app.privacy ledger: an engine that
     under-noises (claims more rho than the omega-series allows) fails the request and changes nothing."""

@@ -55,6 +55,9 @@ def ref_sigma(e: PassiveOLU, u: int, tau: int, i: int) -> tuple[float, float]:
     """(a_i, sigma_i) for a record learned at u, forgotten after tau, as the i-th charged deletion."""
     log_g = math.fsum(math.log(ref_gamma(e, r)) for r in range(u + 1, tau + 1))
     a = ref_eta(e, u) * e.L * math.exp(log_g)
+    if e.schedule_name == "adaptive":  # eta_u is data-dependent and not published: its bound from declared numbers
+        assert a <= min(2.0 * e.spec.domain_radius / math.sqrt(e.hp["p0"]), 2.0 / e.beta) * e.L * (1 + 1e-12)
+        a = min(2.0 * e.spec.domain_radius / math.sqrt(e.hp["p0"]), 2.0 / e.beta) * e.L
     rho = e.spec.rho
     if e.allocation == "uniform":
         mult = math.sqrt(e.capacity / (2.0 * rho))
@@ -83,7 +86,8 @@ CASES = [
     ("omega_2", PassiveOLU, dict(schedule="strongly_convex_capped", l2=0.01, omega=2.0, rho=0.05), 300,
      [[100], [120], [140]]),
     ("adaptive", PassiveOLU, dict(schedule="adaptive", l2=0.0, rho=1.0), 300, [[5], [150, 299]]),
-    ("adaptive_uncapped", PassiveOLU, dict(schedule="adaptive", l2=0.0, capped=False, p0=1.0, radius=2.0,
+    # p0 >= beta^2 D^2/4 = 6.25: below it the uncapped schedule is refused (issue 14)
+    ("adaptive_uncapped", PassiveOLU, dict(schedule="adaptive", l2=0.0, capped=False, p0=6.5, radius=2.0,
                                            rho=1.0), 300, [[250], [260]]),
     ("restart", PassiveOLURestart, dict(schedule="regularized_convex", l2=0.0, horizon=500, max_deletions=3,
                                         c=1e12, rho=1.0, algorithm="passive_olu_restart"), 450,
@@ -101,7 +105,8 @@ PINNED = {
     "uniform": [1.6575343133305773, 1.6575343133305773, 1.6575343133305773],
     "omega_2": [3.6314757329999727, 7.2629514659999455, 10.894427198999916],
     "adaptive": [4.381780456535904, 7.369246956659653, 9.988299472700122],
-    "adaptive_uncapped": [0.5906692832687014, 0.9746328877702823],
+    # issue 14: p0 = 6.5 (p0 = 1 is refused) and eta_u replaced by its public bound min(D/sqrt(p0), 2/beta)
+    "adaptive_uncapped": [4.296689247673949, 7.226141171656407],
     "restart": [0.1320453789965412, 0.20014336847620165, 0.2552677557923232],
 }
 

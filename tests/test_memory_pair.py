@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from app.unlearning.base import ArrayRetained, CapacityExhausted, ForgetError, ModelSpec, SpecError
-from app.unlearning.memory_pair import CurvatureMemory, MemoryPair, example_digest
+from app.unlearning.base import ArrayRetained, CapacityExhausted, ForgetError, ModelSpec, NotDeletable, SpecError
+from app.unlearning.memory_pair import CurvatureMemory, MemoryPair, UncertifiedMemoryPair, example_digest
 from app.unlearning.noise import SeededNoise
 
 
@@ -106,7 +106,7 @@ def test_learner_memory_bounded_on_real_runs():
 
 
 # ---- removal step: sign and scale -----------------------------------------------------------------------
-class WrongSign(MemoryPair):
+class WrongSign(UncertifiedMemoryPair):
     removal_sign = -1.0  # the draft's "theta <- theta - d" with d = B^-1 g
 
 
@@ -136,7 +136,7 @@ def _toward_never_learned(cls, removal="loo", seeds=range(40), n=120, curvature=
 # With the Shanno-Phua scaling the learner's steps are (1/t) B^-1 g with B close to the curvature, so a record's
 # influence on the model is close to B^-1 g / n and the removal step is meaningful: the sign test runs there.
 def test_forget_moves_back_toward_never_learned_model():
-    d = _toward_never_learned(MemoryPair)
+    d = _toward_never_learned(UncertifiedMemoryPair)  # shanno_phua: measured, refused by the service
     improved = d[:, 1] < d[:, 0]
     assert improved.mean() >= 0.8, improved.mean()
     assert np.median(d[:, 1] / d[:, 0]) < 0.6
@@ -149,7 +149,7 @@ def test_negative_control_wrong_sign_moves_away():
 
 
 def test_negative_control_full_newton_step_overshoots():
-    d = _toward_never_learned(MemoryPair, removal="full", seeds=range(15))
+    d = _toward_never_learned(UncertifiedMemoryPair, removal="full", seeds=range(15))
     assert np.median(d[:, 1] / d[:, 0]) > 5.0
 
 
@@ -270,12 +270,13 @@ def test_capacity_follows_formula_and_grows_with_inserts():
     caps = []
     for k in range(0, 3000, 250):
         e.learn(X[k:k + 250], y[k:k + 250])
-        assert e.ledger()["gamma_capacity"] == draft_capacity(e)
-        caps.append(e.ledger()["gamma_capacity"])
+        assert e.gamma_capacity() == draft_capacity(e)
+        caps.append(e.gamma_capacity())
     assert caps[0] == 0 and caps[-1] > 0
     assert all(b >= a for a, b in zip(caps, caps[1:]))  # live capacity grows with insertions
-    e.forget([10], ArrayRetained(np.arange(1, 3001), X, y))  # a deletion is subtracted from the live capacity
-    assert e.ledger()["gamma_capacity_left"] == max(0, draft_capacity(e) - 1)
+    assert "gamma_capacity" not in e.ledger() and "S_N" not in e.ledger()  # it reads S_N: never published
+    e.forget([10], ArrayRetained(np.arange(1, 3001), X, y))
+    assert e.S_grad == e.L**2 * 3000  # a deletion replaces S_N by its public bound G^2 N
 
 
 def _condition(e: MemoryPair, N: int, m: int, msq: float) -> bool:
@@ -321,11 +322,14 @@ def test_inference_gate():
         e.learn(X[k:k + 1], y[k:k + 1])
         if opened_at is None and e.inference_allowed():
             opened_at = e.n_inserts
-            assert e.n_inserts >= e.sample_complexity()
+            assert e.n_inserts >= e.public_sample_complexity()
             break
-        assert e.n_inserts < e.sample_complexity()
+        assert e.n_inserts < e.public_sample_complexity()
     assert opened_at is not None, "the gate never opened on 4000 inserts"
     assert e.ledger()["inference_allowed"]
+    # the gate and the published threshold are the worst case S_N = G^2 N: public, whatever the data
+    assert e.public_sample_complexity() == e.sample_complexity(mean_sq_grad=e.L**2)
+    assert e.ledger()["sample_complexity"] == MemoryPair(make_spec(gamma=1.0)).ledger()["sample_complexity"]
 
 
 # ---- state -------------------------------------------------------------------------------------------------
@@ -379,6 +383,37 @@ def test_bad_hyperparameters(hp):
         MemoryPair(make_spec(**hp))
 
 
+@pytest.mark.parametrize("hp, words", [({"burn_in": 0}, "burn_in = 0 is refused"),
+                                       ({"burn_in": 5}, "burn_in = 5 is refused"),
+                                       ({"initial_curvature": "shanno_phua"}, "initial_curvature")])
+def test_settings_measured_under_noised_are_refused(hp, words):
+    """Issue 14 (4): burn_in below ceil(beta/lam) (the draft's learner reached 1.88 Delta) and the Shanno-Phua
+    scaling (1.25 Delta) would sign false certificates; the measurement-only class still builds them."""
+    sp = make_spec(**hp)
+    least = math.ceil(MemoryPair(make_spec()).beta / 0.05)  # logistic, l2 = 0.05: beta = 2/4 + 0.05, least = 12
+    assert least == MemoryPair(make_spec()).burn_in > 5  # so burn_in = 5 is below the measured length
+    with pytest.raises(SpecError, match=words):
+        MemoryPair.normalize_hyperparameters(sp)  # creation (app.registry.build_spec)
+    assert MemoryPair.normalize_hyperparameters(make_spec(burn_in=least))["burn_in"] == least  # accepted
+    with pytest.raises(SpecError, match=f"integer >= {least}"):
+        MemoryPair.normalize_hyperparameters(make_spec(burn_in=least - 1))
+    # a model stored before the refusal loads and learns, but refuses every forget and changes nothing
+    X, y = make_data(3, 40)
+    old = MemoryPair(sp, SeededNoise(1))
+    steps = old.learn(X, y)
+    before = old.state()
+    with pytest.raises(NotDeletable, match="certificates false") as e:
+        old.forget([20], ArrayRetained(steps, X, y))
+    assert e.value.steps == (20,)
+    after = old.state()
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    # the measurement-only class forgets under them (bench/, tests/)
+    u = UncertifiedMemoryPair(sp, SeededNoise(1))
+    u.learn(X, y)
+    (c,) = u.forget([20], ArrayRetained(steps, X, y))
+    assert c.mechanism == "gaussian"
+
+
 def test_defaults():
     hp = MemoryPair.normalize_hyperparameters(make_spec())
     assert hp == {"memory": 10, "initial_curvature": 1e-3, "burn_in": "auto", "step": "strongly_convex",
@@ -393,7 +428,7 @@ GAP_CASE = __import__("pathlib").Path(__file__).parent / "data" / "memory_pair_g
 def _gap_ratio(X, y, u, l2, R, no_pairs=False, **hp):
     """(gap before, gap after the removal step) / Delta against the exact replay (record skipped, clock kept)."""
     sp = ModelSpec("memory_pair", "logistic", X.shape[1], 1.0, 1.0, R, l2, 1.0, 1e-5, 1.0, hp)
-    e, ref = MemoryPair(sp, ZeroNoise()), MemoryPair(sp, ZeroNoise())
+    e, ref = UncertifiedMemoryPair(sp, ZeroNoise()), UncertifiedMemoryPair(sp, ZeroNoise())
     if no_pairs:  # the memory-free limit: B = lam I, i.e. plain projected OGD with eta_t = 1/(lam t)
         for m in (e, ref):
             m.mem.add = lambda s, r: False

@@ -108,9 +108,9 @@ Constants = Annotated[dict[str, float], Field(
 
 
 LEDGER_DETAILS = Field(default_factory=dict, description=(
-    "Family-specific public ledger numbers, e.g. the memory pair's live deletion capacity and sample complexity "
-    "(gamma_capacity, sample_complexity, n_inserts, inference_allowed), rewind's m_max capacity, descent-to-"
-    "delete's per-round epsilon."))
+    "Family-specific public ledger numbers, each a function of the specification and of public counts only "
+    "(docs/receipts.md), e.g. the memory pair's counts and worst-case sample complexity (n_inserts, n_active, "
+    "sample_complexity, inference_allowed), rewind's m_max capacity, descent-to-delete's per-round epsilon."))
 
 
 class LedgerSummary(BaseModel):

@@ -25,6 +25,17 @@ class SpecError(ValueError):
     """The model specification or its hyperparameters are invalid."""
 
 
+class UnderNoisedSpec(SpecError):
+    """Settings under which the family's certificate is known to be false (measured under-noised, or a forget that
+    could only be decided from unpublished data; issue 14).  Refused at creation; a model stored before the
+    refusal still loads, learns and predicts, but refuses every forget (``NotDeletable``) instead of signing
+    a false certificate.  ``hp`` holds the normalised hyperparameters."""
+
+    def __init__(self, message: str, hp: Mapping[str, Any]):
+        super().__init__(message)
+        self.hp = dict(hp)
+
+
 class InputError(ValueError):
     """Examples violate the declared bounds (wrong shape, non-finite, out of bounds)."""
 

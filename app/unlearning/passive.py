@@ -24,17 +24,21 @@ Schedules (hyperparameter ``schedule``; digest §2.4):
   adaptive                AdaGrad-norm eta_t = D/sqrt(p(t)), p(t) = p0 + sum ||grad||^2 (001 Thm 4 / 000 Thm 3.5),
                           ``p0`` (default L^2), gamma = 1; ``capped`` (default true) clips eta at 2/beta so every
                           record is deletable, capped=false enforces eta_u <= 2/beta (p(u) >= beta^2 D^2/4).
-                          Gradient norms are treated as public (the step sizes are stored in the state).
+                          The step sizes depend on the gradient norms and are secret state (issue 14): a
+                          certificate uses their public bound min(D/sqrt(p0), 2/beta), deletability is decided
+                          from declared numbers (capped=false needs p0 >= beta^2 D^2/4), and after a forget p is
+                          reset to its public bound p0 + L^2 t so later steps forget the record's gradient norm.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from . import fast
-from .base import CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, Unlearner
+from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
+                   Unlearner)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment, make_loss
@@ -60,8 +64,9 @@ GUARANTEE_WORDS = (
     "the same algorithm would have published had the record never been learned."
 )
 ADAPTIVE_WORDS = GUARANTEE_WORDS + (
-    " The adaptive step sizes depend on the norms of the training gradients; as in the paper, these norms "
-    "(and so the step-size sequence) are treated as public, and the comparison run uses the same step sizes."
+    " The adaptive step sizes depend on the norms of the training gradients; they are never published (each "
+    "certificate uses their bound from declared numbers, and after a deletion they restart from their worst "
+    "case), and, as in the paper, the comparison run uses the same step sizes up to the deletion."
 )
 
 
@@ -97,7 +102,11 @@ class PassiveOLU(Unlearner):
 
     def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
         super().__init__(spec, noise)
-        hp = self.normalize_hyperparameters(spec)
+        try:
+            hp = self.normalize_hyperparameters(spec)
+            self.refused: str | None = None
+        except UnderNoisedSpec as e:  # a model stored before the refusal: it may learn, never certify a forget
+            hp, self.refused = e.hp, str(e)
         self.hp = hp
         self.schedule_name = hp["schedule"]
         self.reg_lambda = 0.0
@@ -133,7 +142,7 @@ class PassiveOLU(Unlearner):
         if name == "convex_constant":
             return ConstantStep(float(hp["eta"]), self.mu, self.beta)
         if name == "adaptive":
-            return Adaptive(2.0 * self.spec.domain_radius, self.beta, float(hp["p0"]), bool(hp["capped"]))
+            return Adaptive(2.0 * self.spec.domain_radius, self.beta, float(hp["p0"]), bool(hp["capped"]), G=self.L)
         raise SpecError(f"unknown schedule {name!r}")  # pragma: no cover - normalize_hyperparameters rejects it
 
     @classmethod
@@ -205,7 +214,17 @@ class PassiveOLU(Unlearner):
                 if not p0 > 0:
                     raise SpecError("p0 must be a positive number (pitfall P11: p(0) = 0 gives an infinite step)")
                 hp["p0"] = p0
+                least = (loss.smoothness * spec.domain_radius) ** 2  # beta^2 D^2 / 4 with D = 2R (digest §2.4(d))
+                if cls.refuses_undeletable and not hp["capped"] and p0 < least * (1.0 - 1e-12):
+                    raise UnderNoisedSpec(
+                        f"p0 = {p0:.6g} is refused with capped = false: below beta^2 D^2/4 = {least:.6g} whether a "
+                        "record can be forgotten depends on the training gradients (the adaptive step sizes, which "
+                        "are not published), so no forget could be certified; use capped = true or p0 >= "
+                        f"{least:.6g}", hp)
         return hp
+
+    # a model on which no forget could be certified is refused at creation (the restart family restarts instead)
+    refuses_undeletable: ClassVar[bool] = True
 
     @classmethod
     def needs_max_deletions(cls) -> bool:
@@ -321,6 +340,12 @@ class PassiveOLU(Unlearner):
 
     def shift_bound(self, u: int, tau: int) -> tuple[float, float, float]:
         """(Delta_u, Gamma(u, tau), a = Delta_u Gamma(u, tau)) from public quantities only."""
+        if isinstance(self.schedule, Adaptive):
+            # eta_u depends on the gradient norms (the forgotten record's too) and is not published (issue 14):
+            # Delta_u <= L min(D/sqrt(p0), 2/beta), and Gamma = 1 for a deletable u (eta non-increasing, so every
+            # later step has eta <= 2/beta and gamma_r = 1; schedules.Adaptive)
+            delta_u = self.schedule.public_eta_bound() * self.L
+            return delta_u, 1.0, delta_u
         delta_u = self.schedule.eta(u - self.epoch_start) * self.L
         gamma = math.exp(self.log_gamma(u, tau))
         return delta_u, gamma, delta_u * gamma
@@ -340,6 +365,9 @@ class PassiveOLU(Unlearner):
 
     def _precheck(self, steps: list[int]) -> None:
         """Refuse the whole request before anything changes (atomic): uncovered steps, exhausted capacity."""
+        if self.refused is not None:
+            raise NotDeletable(f"this model's settings leave no forget certifiable: {self.refused}; create a "
+                               "model with certified settings", steps=steps)
         deletable, start = self.schedule.deletable, self.epoch_start
         bad = [u for u in steps if not deletable(u - start)]
         if bad:
@@ -367,6 +395,8 @@ class PassiveOLU(Unlearner):
         sigma = self.noise_multiplier(i) * a
         rho_i = a * a / (2.0 * sigma * sigma) if sigma > 0 else 0.0
         self.theta = self.apply_noise(sigma)
+        if isinstance(self.schedule, Adaptive) and self.eta_script is None:
+            self.schedule.forget_gradient_norms()  # later steps: public bound instead of the gradient norms
         self.n_charged = i
         self.n_deletions += 1
         self.rho_spent += rho_i

@@ -36,8 +36,9 @@ from .noise import NoiseSource
 from .passive import GUARANTEE_WORDS, PassiveOLU, _number
 
 ADAPTIVE_NOTE = (
-    "The adaptive step sizes depend on the norms of the training gradients; as in the paper, these norms are "
-    "treated as public, and the comparison run uses the same step sizes."
+    "The adaptive step sizes depend on the norms of the training gradients; they are never published (each "
+    "certificate uses their bound from declared numbers, and after a deletion they restart from their worst "
+    "case), and, as in the paper, the comparison run uses the same step sizes up to the deletion."
 )
 RESTART_WORDS = GUARANTEE_WORDS + (
     " When a forget request would need too much noise, the model instead restarts from a fresh random state "
@@ -62,6 +63,8 @@ class PassiveOLURestart(PassiveOLU):
     @classmethod
     def default_schedule(cls) -> str:
         return "regularized_convex"
+
+    refuses_undeletable = False  # a record the schedule does not cover restarts the model (exact)
 
     @classmethod
     def default_capped(cls) -> bool:

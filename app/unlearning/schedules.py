@@ -180,10 +180,11 @@ class Adaptive(Schedule):
 
     name = "adaptive"
 
-    def __init__(self, D: float, beta: float, p0: float, capped: bool):
+    def __init__(self, D: float, beta: float, p0: float, capped: bool, G: float = math.inf):
         if not p0 > 0:
             raise ValueError("adaptive schedule needs p0 > 0 (pitfall P11)")
         self.D, self.beta, self.p0, self.capped = D, beta, p0, capped
+        self.G = G  # declared bound on the gradient norms (the loss's Lipschitz constant L)
         self.cap = 2.0 / beta
         self.reset()
 
@@ -214,6 +215,18 @@ class Adaptive(Schedule):
         eta = self.D / math.sqrt(self.p)
         return min(eta, self.cap) if self.capped else eta
 
+    def public_eta_bound(self) -> float:
+        """An upper bound on eta_u of every deletable u from declared numbers only (issue 14: the eta_u themselves
+        depend on the gradient norms, the forgotten record's included, and are never published): p(u) >= p0, and
+        a deletable u has eta_u <= 2/beta (capped: always; uncapped: ``deletable``)."""
+        return min(self.D / math.sqrt(self.p0), self.cap)
+
+    def forget_gradient_norms(self) -> None:
+        """After a deletion: p <- p0 + G^2 t (t = the steps of this epoch), its public bound (||grad|| <= G = L),
+        so later steps no longer depend on the forgotten record's gradient norm (nor on any earlier one)."""
+        if math.isfinite(self.G):
+            self.p = self.p0 + self.G**2 * len(self.etas)
+
     def eta(self, t: int) -> float:
         return self.etas[t - 1]
 
@@ -229,7 +242,10 @@ class Adaptive(Schedule):
         return float(np.sum(np.log(np.maximum(1.0, np.abs(1.0 - e * self.beta)))))
 
     def deletable(self, u: int) -> bool:
-        return self.capped or self.eta(u) <= self.cap * (1.0 + 1e-12)
+        """Decided from declared numbers only (issue 14): eta_u <= D/sqrt(p0) <= 2/beta covers every u (and every
+        later step) whatever the gradients; otherwise whether eta_u <= 2/beta depends on the gradient norms, the
+        forgotten records' included, and answering it would publish them, so no record is deletable."""
+        return self.capped or self.D / math.sqrt(self.p0) <= self.cap * (1.0 + 1e-12)
 
     # public step-size history (float64 array) and the running p: part of the engine state
     def state(self) -> dict:
