@@ -7,7 +7,7 @@ step, the erasure receipt's id), so the audit can answer "erased with model X un
 ``tenants.deleted_at`` marks a deleted tenant (its keys are revoked, its models erased).
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-11-25 08:00:00
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from alembic import op
 
 
 revision = '0009'
-down_revision = '0007'
+down_revision = '0008'
 branch_labels = None
 depends_on = None
 
