@@ -47,13 +47,14 @@ SCHEDULES = ("strongly_convex_capped",)
 SOLVERS = ("auto", "direct", "cg")
 DEFAULT_MAX_GD_STEPS = 2000
 DEFAULT_GD_TOLERANCE = 0.01
-# auto: a direct (dense) solve up to this many parameters (d + 1), conjugate gradient above; measured in
+# auto: a direct (dense) solve up to this many parameters (d + 1, i.e. d <= 200), conjugate gradient above; measured in
 # docs/second_order_olu.md (the direct solve forms H in O(n d^2), CG costs O(n d) per iteration).
-DIRECT_MAX_PARAMS = 257
+DIRECT_MAX_PARAMS = 201
+HVP_BLOCK_FLOATS = 1 << 18
 # the solve's residual target, relative to the public scale m L_B / n' of the right-hand side
 SOLVE_RTOL = 1e-9
 # Materialise the retained set for a forget only while it stays below this many floats (else re-stream).
-CACHE_FLOATS = 4_000_000
+CACHE_FLOATS = 16_000_000  # 128 MB: covers d = 1000 up to n = 16 000 (measured in docs)
 # sup |sigma''| for the logistic sigmoid: sigma'' = s(1-s)(1-2s), maximal at s = (3 -+ sqrt 3)/6
 LOGISTIC_D3 = 1.0 / (6.0 * math.sqrt(3.0))
 
@@ -280,7 +281,12 @@ class SecondOrderOLU(OGDIterate, Unlearner):
 
     def newton_system(self, theta: np.ndarray, data: _Data, exclude: Collection[int], n_after: int):
         """(weights, hvp): the per-chunk curvature at theta and v -> H v for H = grad^2 G(theta) (retained average)."""
-        parts = [(Xa, self.curvature(Xa @ theta)) for Xa, _ in data.batches(exclude)] if data.cache is not None else None
+        parts = None
+        if data.cache is not None:  # row blocks of ~2 MB, so that both products of an HVP reuse the block from cache
+            rows = max(1, HVP_BLOCK_FLOATS // theta.shape[0])
+            parts = [(Xa[i:i + rows], w[i:i + rows]) for Xa, w in
+                     ((Xa, self.curvature(Xa @ theta)) for Xa, _ in data.batches(exclude))
+                     for i in range(0, len(Xa), rows)]
         mu = self.mu
 
         def chunks():
