@@ -369,7 +369,7 @@ class SecondOrderOLU(OGDIterate, Unlearner):
                 z = self.gd(self.theta, data, done, n, K)
                 Xu, yu = retained.get([u])
                 exclude = done + [u]
-                z, resid, direct = self.removal_step(z, data, [(augment(np.asarray(Xu, dtype=np.float64)),
+                z, _, _ = self.removal_step(z, data, [(augment(np.asarray(Xu, dtype=np.float64)),
                                                                 np.asarray(yu, dtype=np.float64))], exclude, n_after, m)
                 bound = self.sensitivity(K, n, m)
                 delta = bound["Delta"]
@@ -379,7 +379,9 @@ class SecondOrderOLU(OGDIterate, Unlearner):
                 self.rho_spent += rho_i
                 details = {**bound, "gd_steps": float(K), "gamma_gd": self.gamma_gd, "eta_gd": self.eta_gd,
                            "M": self.M, "B": self.B, "L_B": self.L_B, "retained_before": float(n),
-                           "retained_after": float(n_after), "omega": self.omega, "direct_solve": 1.0 if direct else 0.0}
+                           "retained_after": float(n_after), "omega": self.omega,
+                           # the planned solver only: whether CG fell back to the direct solve depends on the data
+                           "direct_solve": 1.0 if self.use_direct() else 0.0}
                 certs.append(Certificate(learned_step=u, forgotten_step=tau, deletion_index=i, mechanism="gaussian",
                                          sigma=sigma, sensitivity=delta, rho=rho_i, details=details))
             self.n_deletions = i
