@@ -1,7 +1,8 @@
 """Section 3: the cost of forgetting one record vs retraining from scratch, as the stream grows.
 
 Engine level, d = 16, logistic, every family of ``app.unlearning.ALGORITHMS`` with its default hyperparameters
-(rewind_to_delete: initial_size = n so that it trains on the whole stream) and the production noise source
+(rewind_to_delete: initial_size = n so that it trains on the whole stream; second_order_olu: its forget is K full
+gradient passes plus a Hessian solve, docs/second_order_olu.md §9) and the production noise source
 (``SecureGaussianNoise``: a fresh CSPRNG-seeded generator per draw, as the service runs it; up to af7668c the
 forgets were timed with the test-only ``SeededNoise``, which leaves that seeding out).  For each stream length n:
 

@@ -13,6 +13,8 @@ FAMILIES = [
     ("passive_olu_restart", {"horizon": 1000, "max_deletions": 10}),
     ("active_olu", {}),
     ("active_olu", {"variant": "two_phase"}),
+    ("second_order_olu", {}),
+    ("second_order_olu", {"solver": "cg"}),
     ("retrain", {}),
     ("descent_to_delete", {}),
     ("descent_to_delete", {"variant": "perfect"}),
@@ -86,7 +88,7 @@ def _raw_database_bytes(server) -> bytes:
     return b"".join(out)
 
 
-DATA_HOLDING = [("retrain", {}), ("active_olu", {}), ("descent_to_delete", {}), ("memory_pair", {}),
+DATA_HOLDING = [("retrain", {}), ("active_olu", {}), ("second_order_olu", {}), ("descent_to_delete", {}), ("memory_pair", {}),
                 ("rewind_to_delete", {"initial_size": 8, "T": 40, "K": 10, "m_max": 3})]
 
 

@@ -15,10 +15,11 @@ from .passive import PassiveOLU
 from .restart import PassiveOLURestart
 from .retrain import RetrainOGD
 from .rewind import RewindToDelete
+from .second_order import SecondOrderOLU
 
 ALGORITHMS: dict[str, type[Unlearner]] = {
     cls.algorithm: cls for cls in (PassiveOLU, PassiveOLURestart, ActiveOLU, RetrainOGD, DescentToDelete, RewindToDelete,
-                               MemoryPair, DiscardAndRestart, OnlineDPTree)
+                               MemoryPair, DiscardAndRestart, OnlineDPTree, SecondOrderOLU)
 }
 
 

@@ -1,0 +1,427 @@
+"""Second-order active OLU: OGD, and at a deletion warm-started GD, a Newton removal step, then Gaussian noise.
+
+Paper 001 Algorithm 3 (digest §2.8), which gives no theorem; its printed step has the wrong sign and its sigma is
+broken (alpha inside sigma, j for i, M undefined; pitfall P14).  Re-derived here after Sekhari, Acharya, Kamath and
+Suresh 2021 ("Remember What You Want to Forget", Alg. 1 / Lemma 3 / Thm 3); the full derivation with every constant
+is docs/second_order_olu.md.
+
+Learning: projected OGD (the active family's capped strongly convex schedule).  At the deletion of record u at
+time tau, with S the retained set (n records, u included) and S' = S minus u (n' = n - 1 records):
+
+  step 5   K steps of *unconstrained* GD on F_S(w) = (1/n) sum_S l(w; z) + (mu/2)||w||^2, step 2/(beta+mu), warm
+           started at the current iterate z_0 in K:  ||z_K - w_S|| <= gamma^K (R + B) =: e,
+           gamma = (beta - mu)/(beta + mu) (Nesterov 2004 Thm 2.1.15), ||w_S|| <= B for every data set (below).
+  step 6   the Newton removal step with the corrected sign (+, digest's 1-D check):
+               z' = z_K + (1/n') H^{-1} sum_{u in U} grad f(z_K; u),   H = grad^2 G(z_K),
+           G = F_{S'} the retained regularised average loss.  H x = b is solved directly (dense LAPACK solve) for small d and
+           by conjugate gradient on Hessian-vector products for large d, both to a residual ||Hx - b|| <= tol.
+           then z' <- Pi_B(z') (projection onto the ball ||w|| <= B, which holds w*: only brings z' closer).
+  step 7   z_tau = Pi_K(z' + N(0, sigma_i^2 I)) (noise into the state, projection after it: P4, P5).
+
+Certificate (against the exact ERM w* = argmin G on the remaining data, as Sekhari et al.):
+  ||z' - w*|| <= Delta = min((M/(2 mu)) (e + m L_B/(mu n'))^2 + (n/n')(beta/mu) e + tol/mu, 2B)
+with M the Hessian-Lipschitz constant of the loss (squared: 0; logistic: X~^3/(6 sqrt 3); Huber: none, refused) and
+L_B the per-example gradient bound on the ball ||w|| <= B.  sigma_i = sqrt(omega i^omega/(2(omega-1) rho)) Delta, so
+the release is (alpha, alpha rho_i)-close (Renyi) to Pi_K(w* + N(0, sigma_i^2 I)), a release that depends on the
+retained data only; later releases are post-processing or later deletions of the same kind, and the omega series
+keeps the sum of the charges below rho (the same ledger policy as ``active_olu``).  If no record remains (n' = 0),
+w* = 0 and the model is set to 0 exactly (certificate mechanism ``exact``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Collection, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from . import fast
+from .base import ModelSpec, RetainedData, SpecError, Unlearner
+from .certificate import Certificate
+from .domain import project_l2_ball
+from .losses import augment
+from .noise import NoiseSource
+from .retrain import CHUNK_SIZE, OGDIterate, check_forget_steps, ogd_recompute
+from .schedules import CappedStronglyConvex, Schedule
+
+SCHEDULES = ("strongly_convex_capped",)
+SOLVERS = ("auto", "direct", "cg")
+DEFAULT_MAX_GD_STEPS = 2000
+DEFAULT_GD_TOLERANCE = 0.01
+# auto: a direct (dense) solve up to this many parameters (d + 1, i.e. d <= 200), conjugate gradient above; measured in
+# docs/second_order_olu.md (the direct solve forms H in O(n d^2), CG costs O(n d) per iteration).
+DIRECT_MAX_PARAMS = 201
+HVP_BLOCK_FLOATS = 1 << 18
+# the solve's residual target, relative to the public scale m L_B / n' of the right-hand side
+SOLVE_RTOL = 1e-9
+# Materialise the retained set for a forget only while it stays below this many floats (else re-stream).
+CACHE_FLOATS = 16_000_000  # 128 MB: covers d = 1000 up to n = 16 000 (measured in docs)
+# sup |sigma''| for the logistic sigmoid: sigma'' = s(1-s)(1-2s), maximal at s = (3 -+ sqrt 3)/6
+LOGISTIC_D3 = 1.0 / (6.0 * math.sqrt(3.0))
+
+GUARANTEE_WORDS = (
+    "From the deletion on, everything the model publishes is statistically almost indistinguishable (Renyi "
+    "divergence at most alpha*rho for every order alpha, i.e. the stated (epsilon, delta)) from a release computed "
+    "from the remaining records only: the exact regularised empirical risk minimiser on them plus the same Gaussian "
+    "noise, continued on the same later data."
+)
+
+
+def hessian_lipschitz(loss_name: str, feature_bound: float) -> float:
+    """M with ||grad^2 l(w) - grad^2 l(v)|| <= M ||w - v|| for every accepted example (docs/second_order_olu.md §2).
+
+    l(w) = phi(x~.w) gives grad^2 l = phi''(x~.w) x~ x~^T, so M = sup|phi'''| X~^3: squared phi'' = 1 (M = 0);
+    logistic phi'' = s(1-s), |phi'''| <= 1/(6 sqrt 3).  Huber's phi'' jumps at |r| = delta: no finite M."""
+    if loss_name == "squared":
+        return 0.0
+    if loss_name == "logistic":
+        return LOGISTIC_D3 * feature_bound**3
+    raise SpecError(f"loss {loss_name!r} has no finite Hessian-Lipschitz constant, which second_order_olu's "
+                    "Newton-step certificate needs; use loss 'logistic' or 'squared'")
+
+
+class _Data:
+    """The retained examples of one forget request, materialised once when small, re-streamed otherwise."""
+
+    def __init__(self, retained: RetainedData, chunk_size: int):
+        self.retained = retained
+        self.chunk_size = chunk_size
+        cache: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []
+        floats = 0
+        for s, X, y in retained.chunks(chunk_size):
+            floats += X.size
+            cache.append((np.asarray(s, dtype=np.int64), augment(np.asarray(X, dtype=np.float64)),
+                          np.asarray(y, dtype=np.float64)))
+            if floats > CACHE_FLOATS:
+                cache = None
+                break
+        self.cache = cache
+
+    def batches(self, exclude: Collection[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(X_aug, y) chunks of the retained examples minus ``exclude``."""
+        if self.cache is not None:
+            ex = np.fromiter(exclude, dtype=np.int64, count=len(exclude))
+            for s, Xa, y in self.cache:
+                if len(ex):
+                    keep = ~np.isin(s, ex)
+                    if not keep.all():
+                        Xa, y = Xa[keep], y[keep]
+                if len(y):
+                    yield Xa, y
+        else:
+            for _, X, y in self.retained.chunks(self.chunk_size, exclude=exclude):
+                yield augment(np.asarray(X, dtype=np.float64)), np.asarray(y, dtype=np.float64)
+
+    def count(self, exclude: Collection[int]) -> int:
+        return sum(len(y) for _, y in self.batches(exclude))
+
+
+class SecondOrderOLU(OGDIterate, Unlearner):
+    algorithm = "second_order_olu"
+    accounting = "omega_series"
+    needs_retained_data = True
+    supports_retrain = True
+    guarantee_definition = "(alpha, alpha*rho)-close to the exact ERM on the remaining data plus the same noise, for all alpha > 1"
+    guarantee_words = GUARANTEE_WORDS
+
+    def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
+        super().__init__(spec, noise)
+        hp = self.normalize_hyperparameters(spec)
+        self.hp = hp
+        self.declare_loss(hp)
+        self.D = 2.0 * spec.domain_radius
+        self.omega = float(hp["omega"])
+        self.max_gd_steps = int(hp["max_gd_steps"])
+        self.gd_tolerance = float(hp["gd_tolerance"])
+        self.solver: str = hp["solver"]
+        self.schedule: Schedule = CappedStronglyConvex(self.mu, self.beta)
+        self.eta_gd = 2.0 / (self.beta + self.mu)
+        self.gamma_gd = (self.beta - self.mu) / (self.beta + self.mu)
+        self.M = hessian_lipschitz(spec.loss, self.loss.feature_bound)
+        self.B, self.L_B = self.erm_bounds()
+        self.chunk_size = CHUNK_SIZE
+        self._reset(t=0)
+
+    def _reset(self, t: int) -> None:
+        self.theta = np.zeros(self.spec.dim + 1)  # data-independent start in K
+        self.t = t
+        self.n_deletions = 0
+        self.rho_spent = 0.0
+        self.epoch = 0
+
+    @classmethod
+    def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
+        hp = dict(spec.hyperparameters)
+        unknown = set(hp) - {"schedule", "omega", "max_gd_steps", "gd_tolerance", "solver"}
+        if unknown:
+            raise SpecError(f"unknown hyperparameters for {cls.algorithm}: {', '.join(sorted(unknown))}")
+        hessian_lipschitz(spec.loss, 1.0)  # refuses a loss with no finite M (message names `loss`)
+        if not spec.l2 > 0:
+            raise SpecError(f"{cls.algorithm} needs l2 > 0 (strong convexity mu = l2 bounds the Newton step)")
+        hp.setdefault("schedule", "strongly_convex_capped")
+        if hp["schedule"] not in SCHEDULES:
+            raise SpecError(f"schedule must be one of {', '.join(SCHEDULES)}")
+        hp.setdefault("omega", 1.2)
+        try:
+            omega = float(hp["omega"])
+        except (TypeError, ValueError):
+            raise SpecError("omega must be a number > 1") from None
+        if not (omega > 1.0 and math.isfinite(omega)):
+            raise SpecError("omega must be a number > 1")
+        hp["omega"] = omega
+        hp.setdefault("max_gd_steps", DEFAULT_MAX_GD_STEPS)
+        m = hp["max_gd_steps"]
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 0 <= int(m) <= 1_000_000:
+            raise SpecError("max_gd_steps must be an integer in [0, 1000000]")
+        hp["max_gd_steps"] = int(m)
+        hp.setdefault("gd_tolerance", DEFAULT_GD_TOLERANCE)
+        g = hp["gd_tolerance"]
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not (0.0 < float(g) <= 1.0):
+            raise SpecError("gd_tolerance must be a number in (0, 1]")
+        hp["gd_tolerance"] = float(g)
+        hp.setdefault("solver", "auto")
+        if hp["solver"] not in SOLVERS:
+            raise SpecError(f"solver must be one of {', '.join(SOLVERS)}")
+        return hp
+
+    # ---- state ----------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {"theta": self.theta.copy(), "t": self.t, "n_deletions": self.n_deletions,
+                "rho_spent": self.rho_spent, "epoch": self.epoch}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.theta = self.stored_theta(state)
+        self.t = int(state["t"])
+        self.n_deletions = int(state["n_deletions"])
+        self.rho_spent = float(state["rho_spent"])
+        self.epoch = int(state["epoch"])
+
+    def constants(self) -> dict[str, float]:
+        return {"L": self.L, "beta": self.beta, "mu": self.mu, "D": self.D, "M": self.M}
+
+    def accounting_params(self) -> dict[str, Any]:
+        return {"accounting": "omega_series", "rho_budget": self.spec.rho, "delta": self.spec.delta,
+                "omega": self.omega, "cap": None}
+
+    def ledger(self) -> dict[str, Any]:
+        return {"accounting": self.accounting, "rho_spent": self.rho_spent, "rho_budget": self.spec.rho,
+                "capacity_total": None, "capacity_left": None, "deletions": self.n_deletions}
+
+    # ---- public quantities ------------------------------------------------------------------------
+    def erm_bounds(self) -> tuple[float, float]:
+        """(B, L_B): ||w_S|| <= B for the ERM of every data set (F_S(w_S) <= F_S(0) gives (mu/2)||w_S||^2 <= l_0 with
+        l_0 = ln 2 (logistic) or Y^2/2 (squared); logistic also mu w_S = -mean grad l so ||w_S|| <= X~/mu), and
+        L_B = sup ||grad l(w; z) + mu w|| over ||w|| <= B (logistic X~ + mu B; squared (B X~ + Y) X~ + mu B)."""
+        mu, X = self.mu, self.loss.feature_bound
+        if self.spec.loss == "logistic":
+            B = min(math.sqrt(2.0 * math.log(2.0) / mu), X / mu)
+            return B, X + mu * B
+        Y = self.loss.y_abs * (1.0 + 1e-9)
+        B = Y / math.sqrt(mu)
+        return B, (B * X + Y) * X + mu * B
+
+    def noise_multiplier(self, i: int) -> float:
+        """sqrt(omega i^omega / (2 (omega - 1) rho)): the omega series (000 Alg. 2, P12)."""
+        w = self.omega
+        return math.sqrt(w * i**w / (2.0 * (w - 1.0) * self.spec.rho))
+
+    def charge(self, i: int) -> float:
+        """Delta^2/(2 sigma_i^2) = rho (omega - 1)/(omega i^omega)."""
+        w = self.omega
+        return self.spec.rho * (w - 1.0) / (w * i**w)
+
+    def shift_scale(self, m: int, n_after: int) -> float:
+        """m L_B/(mu n'): the bound on ||w_S - w*|| (strong convexity of G; docs §3)."""
+        return m * self.L_B / (self.mu * n_after)
+
+    def solve_tolerance(self, m: int, n_after: int) -> float:
+        return SOLVE_RTOL * m * self.L_B / n_after
+
+    def sensitivity(self, gd_steps: int, n: int, m: int, *, newton_term: bool = True) -> dict[str, float]:
+        """Delta = min((M/(2 mu)) (e + m L_B/(mu n'))^2 + (n/n')(beta/mu) e + tol/mu, 2B), e = gamma^K (R + B)."""
+        n_after = n - m
+        mu = self.mu
+        e = self.gamma_gd**gd_steps * (self.spec.domain_radius + self.B)
+        s = self.shift_scale(m, n_after)
+        newton = self.M / (2.0 * mu) * (e + s) ** 2 if newton_term else 0.0
+        gd = (n / n_after) * (self.beta / mu) * e
+        solve = self.solve_tolerance(m, n_after) / mu
+        # the pre-noise point is projected onto the ball ||w|| <= B, which holds w*: never farther than 2B from it
+        return {"e_gd": e, "shift_bound": s, "newton_term": newton, "gd_term": gd, "solve_term": solve,
+                "Delta": min(newton + gd + solve, 2.0 * self.B)}
+
+    def planned_gd_steps(self, n: int, m: int) -> int:
+        """The smallest K whose GD term (n/n')(beta/mu) gamma^K (R + B) is at most ``gd_tolerance`` times the dominant
+        term: the Newton term at e = 0 when M > 0, else (squared loss: the Newton step is exact) the removal shift
+        bound m L_B/(mu n').  Capped by ``max_gd_steps``; public quantities only."""
+        n_after = n - m
+        s = self.shift_scale(m, n_after)
+        dominant = min(self.M / (2.0 * self.mu) * s * s, 2.0 * self.B) if self.M > 0.0 else s
+        need = (n / n_after) * (self.beta / self.mu) * (self.spec.domain_radius + self.B) / (self.gd_tolerance * dominant)
+        g = self.gamma_gd
+        if need <= 1.0 or g <= 0.0:
+            return min(1, self.max_gd_steps)
+        return min(max(0, math.ceil(math.log(need) / -math.log(g))), self.max_gd_steps)
+
+    # ---- the deletion's computation -----------------------------------------------------------------
+    def gd(self, theta: np.ndarray, data: _Data, exclude: Collection[int], n: int, steps: int) -> np.ndarray:
+        """``steps`` unconstrained GD steps on F_S (001 Alg. 3 step 5, step 2/(beta+mu))."""
+        for _ in range(steps):
+            total = np.zeros_like(theta)
+            for Xa, y in data.batches(exclude):
+                total += Xa.T @ self.loss.residual(Xa @ theta, y)
+            theta = theta - self.eta_gd * (total / n + self.mu * theta)
+        return theta
+
+    def curvature(self, scores: np.ndarray) -> np.ndarray:
+        """phi''(score): the per-example Hessian weight (grad^2 l = phi'' x~ x~^T)."""
+        if self.spec.loss == "logistic":
+            s = 0.5 * (1.0 + np.tanh(0.5 * scores))
+            return s * (1.0 - s)
+        return np.ones_like(scores)
+
+    def newton_system(self, theta: np.ndarray, data: _Data, exclude: Collection[int], n_after: int):
+        """(weights, hvp): the per-chunk curvature at theta and v -> H v for H = grad^2 G(theta) (retained average)."""
+        parts = None
+        if data.cache is not None:  # row blocks of ~2 MB, so that both products of an HVP reuse the block from cache
+            rows = max(1, HVP_BLOCK_FLOATS // theta.shape[0])
+            parts = [(Xa[i:i + rows], w[i:i + rows]) for Xa, w in
+                     ((Xa, self.curvature(Xa @ theta)) for Xa, _ in data.batches(exclude))
+                     for i in range(0, len(Xa), rows)]
+        mu = self.mu
+
+        def chunks():
+            if parts is not None:
+                yield from parts
+            else:
+                for Xa, _ in data.batches(exclude):
+                    yield Xa, self.curvature(Xa @ theta)
+
+        def hvp(v: np.ndarray) -> np.ndarray:
+            out = np.zeros_like(v)
+            for Xa, w in chunks():
+                out += Xa.T @ (w * (Xa @ v))
+            return out / n_after + mu * v
+
+        def dense() -> np.ndarray:
+            H = np.zeros((theta.shape[0], theta.shape[0]))
+            for Xa, w in chunks():
+                H += (Xa * w[:, None]).T @ Xa
+            H /= n_after
+            H[np.diag_indices_from(H)] += mu
+            return H
+
+        return hvp, dense
+
+    def use_direct(self) -> bool:
+        return self.solver == "direct" or (self.solver == "auto" and self.spec.dim + 1 <= DIRECT_MAX_PARAMS)
+
+    def solve(self, hvp, dense, b: np.ndarray, tol: float) -> tuple[np.ndarray, float, bool]:
+        """x with ||H x - b|| <= tol: (x, residual, direct?).  CG (Hestenes-Stiefel) on hvp; if it has not reached
+        tol after 2(d+1) + 50 iterations, or for small d, the dense solve (LAPACK gesv on the formed H)."""
+        if not self.use_direct():
+            x, r = cg(hvp, b, tol, 2 * len(b) + 50)
+            if r <= tol:
+                return x, r, False
+        H = dense()
+        x = np.linalg.solve(H, b)
+        r = float(np.linalg.norm(H @ x - b))
+        for _ in range(3):  # iterative refinement, rarely needed
+            if r <= tol:
+                break
+            x = x + np.linalg.solve(H, b - H @ x)
+            r = float(np.linalg.norm(H @ x - b))
+        if not r <= tol:
+            raise ArithmeticError(f"the Newton system could not be solved to the certified residual {tol:.3g}")
+        return x, r, True
+
+    def removal_step(self, theta: np.ndarray, data: _Data, u_batches: list[tuple[np.ndarray, np.ndarray]],
+                     exclude: Collection[int], n_after: int, m: int, *, sign: float = 1.0) -> tuple[np.ndarray, float, bool]:
+        """001 Alg. 3 step 6 with the corrected sign: theta + (1/n') H^{-1} sum_U grad f(theta; u)."""
+        g = np.zeros_like(theta)
+        for Xa, y in u_batches:
+            g += Xa.T @ self.loss.residual(Xa @ theta, y) + len(y) * self.mu * theta
+        hvp, dense = self.newton_system(theta, data, exclude, n_after)
+        x, r, direct = self.solve(hvp, dense, g / n_after, self.solve_tolerance(m, n_after))
+        # Pi_B: projection onto the ball ||w|| <= B holding w*, non-expansive towards it (docs §5)
+        return project_l2_ball(theta + sign * x, self.B), r, direct
+
+    # ---- unlearning -------------------------------------------------------------------------------
+    def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
+        steps = check_forget_steps(steps, self.t, retained, self.algorithm)
+        if not steps:
+            return []
+        data = _Data(retained, self.chunk_size)
+        tau = self.t
+        certs = []
+        done: list[int] = []
+        n = data.count(())
+        for u in steps:  # several deletions in one request: sequential events, each with its own i (P9)
+            i = self.n_deletions + 1
+            m = 1
+            n_after = n - m
+            if n_after == 0:  # nothing remains: the ERM is argmin (mu/2)||w||^2 = 0, set exactly
+                self.theta = np.zeros_like(self.theta)
+                certs.append(Certificate(learned_step=u, forgotten_step=tau, deletion_index=i, mechanism="exact",
+                                         sigma=0.0, sensitivity=0.0, rho=0.0,
+                                         details={"retained_before": float(n), "retained_after": 0.0}))
+            else:
+                K = self.planned_gd_steps(n, m)
+                z = self.gd(self.theta, data, done, n, K)
+                Xu, yu = retained.get([u])
+                exclude = done + [u]
+                z, _, _ = self.removal_step(z, data, [(augment(np.asarray(Xu, dtype=np.float64)),
+                                                                np.asarray(yu, dtype=np.float64))], exclude, n_after, m)
+                bound = self.sensitivity(K, n, m)
+                delta = bound["Delta"]
+                sigma = self.noise_multiplier(i) * delta
+                rho_i = self.charge(i)
+                self.theta = self._release(z, delta, sigma)
+                self.rho_spent += rho_i
+                details = {**bound, "gd_steps": float(K), "gamma_gd": self.gamma_gd, "eta_gd": self.eta_gd,
+                           "M": self.M, "B": self.B, "L_B": self.L_B, "retained_before": float(n),
+                           "retained_after": float(n_after), "omega": self.omega,
+                           # the planned solver only: whether CG fell back to the direct solve depends on the data
+                           "direct_solve": 1.0 if self.use_direct() else 0.0}
+                certs.append(Certificate(learned_step=u, forgotten_step=tau, deletion_index=i, mechanism="gaussian",
+                                         sigma=sigma, sensitivity=delta, rho=rho_i, details=details))
+            self.n_deletions = i
+            done.append(u)
+            n = n_after
+        return certs
+
+    def _release(self, theta: np.ndarray, sensitivity: float, sigma: float) -> np.ndarray:
+        """The only noise draw: Pi_K(theta + N(0, sigma^2 I)) (noise into the state, projection after it: P4, P5).
+        ``sensitivity`` is the certified bound on ||theta - w*|| (what a discrete-Gaussian release needs)."""
+        if not sigma > 0.0:
+            return fast.noise_step(theta, np.zeros_like(theta), 0.0, self.spec.domain_radius)
+        return fast.noise_step(theta, self.noise.standard_normal(theta.shape[0]), sigma, self.spec.domain_radius)
+
+    def retrain(self, retained: RetainedData) -> None:
+        """Exact retrain (OGD from 0 over the retained examples, clock kept): a new ledger epoch."""
+        t, epoch = self.t, self.epoch
+        theta = ogd_recompute(self.loss, self.schedule, self.spec.domain_radius, self.spec.dim, retained,
+                              upto=self.t, chunk_size=self.chunk_size)
+        self._reset(t=t)
+        self.theta = theta
+        self.epoch = epoch + 1
+
+
+def cg(hvp, b: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, float]:
+    """Conjugate gradient for H x = b (H symmetric positive definite, given by products): (x, ||b - H x||).
+    The recursive residual is re-checked with one explicit product before returning."""
+    x = np.zeros_like(b)
+    r = b.copy()
+    p = r.copy()
+    rr = float(r @ r)
+    for _ in range(max_iter):
+        if math.sqrt(rr) <= 0.5 * tol:
+            break
+        Hp = hvp(p)
+        a = rr / float(p @ Hp)
+        x += a * p
+        r -= a * Hp
+        rr_new = float(r @ r)
+        p = r + (rr_new / rr) * p
+        rr = rr_new
+    return x, float(np.linalg.norm(b - hvp(x)))
+
