@@ -288,6 +288,14 @@ def test_seeded_noise_is_reproducible_and_records_last():
     assert a.last is g
 
 
+def test_seeded_bits_seeds():
+    first = [SeededRandomBits(s).stream().take(64) for s in (1, np.int64(1), "1", b"1", 2, -1, 10**30)]
+    assert first[0] == first[1]                       # numpy integers are integers
+    assert len(set(first[1:])) == len(first) - 1      # 1, "1" and b"1" are different seeds
+    with pytest.raises(TypeError):
+        SeededRandomBits(1.5)
+
+
 def test_recording_noise_in_d2d_replay_records_discrete_draws():
     from app.unlearning.d2d_replay import RecordingNoise
     r = RecordingNoise(SeededNoise(1))

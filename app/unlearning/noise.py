@@ -206,11 +206,16 @@ class SeededRandomBits:
     """Deterministic bits for tests only: one ChaCha20 stream keyed by SHA-256 of the seed, continued across calls."""
 
     def __init__(self, seed: int | bytes | str):
-        if isinstance(seed, int):
-            seed = seed.to_bytes((seed.bit_length() + 8) // 8, "little", signed=True)
+        if isinstance(seed, (int, np.integer)):
+            seed = int(seed)
+            seed = b"i" + seed.to_bytes((seed.bit_length() + 8) // 8, "little", signed=True)
         elif isinstance(seed, str):
-            seed = seed.encode()
-        self._stream = ChaChaBits(hashlib.sha256(b"olu-seeded-random-bits\0" + bytes(seed)).digest())
+            seed = b"s" + seed.encode()
+        elif isinstance(seed, bytes):
+            seed = b"b" + seed
+        else:
+            raise TypeError(f"seed must be an int, str or bytes, got {type(seed).__name__}")
+        self._stream = ChaChaBits(hashlib.sha256(b"olu-seeded-random-bits\0" + seed).digest())
 
     def stream(self) -> ChaChaBits:
         return self._stream
