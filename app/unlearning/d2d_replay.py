@@ -34,6 +34,10 @@ class RecordingNoise:
         self.last = self.inner.standard_normal(size)
         return self.last
 
+    def discrete_gaussian(self, sigma: float, size: int) -> np.ndarray:
+        self.last = self.inner.discrete_gaussian(sigma, size)
+        return self.last
+
 
 @dataclass(frozen=True)
 class D2DReplayPoint:
