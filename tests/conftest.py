@@ -17,8 +17,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-import tests._discrete_shim  # noqa: F401  TEMPORARY until the sampler branch is merged
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -276,7 +276,7 @@ def test_checkpoint_release_and_unlearning_steps(variant):
     keep = np.setdiff1d(np.arange(n), [4, 8])
     theta = _manual_sgd(e, expect_start, Xa[keep], y[keep], U)
     assert np.allclose(e.published(), theta + e.sigma * xi2, atol=1e-9)  # a fresh draw, not xi1
-    assert [c.learned_step for c in certs] == [5, 9] and all(c.mechanism == "gaussian" for c in certs)
+    assert [c.learned_step for c in certs] == [5, 9] and all(c.mechanism == "discrete_gaussian" for c in certs)
     assert certs[0].sigma == e.sigma > 0 and certs[0].details["m_cumulative"] == 2
 
 
