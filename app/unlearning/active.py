@@ -18,6 +18,10 @@ a_i = gamma^{I_i} * Gamma_OGD(u, tau) * eta_u * L (pitfall P12; I_i the number o
 sigma_i = sqrt(omega i^omega / (2 (omega - 1) rho)) * a_i, so the per-deletion Renyi charge is
 rho (omega - 1)/(omega i^omega) and the cumulative charge never exceeds rho: (alpha, alpha*rho)-OLU.
 
+Discrete noise and round-off (issue 14; app/unlearning/release.py): the noise is the discrete Gaussian on a grid
+g (a_i' = a_i + g sqrt(d + 1), sigma_i' = sigma_i a_i'/a_i, rho_i unchanged), and a_i is at least the float64
+round-off the OGD, GD and noise steps since u can add to the gap of two coupled runs (``roundoff_floor``).
+
 Block restriction.  Both proofs need tau_{i-1} < u_i <= tau_i (the forgotten example arrived after the previous
 deletion event; hence at most one deletion per block; with the step convention of digest §2.0, the example
 consumed at step tau_{i-1} belongs to the previous block).  A deletion that violates it is certified by the

@@ -17,6 +17,10 @@ result plus fresh Gaussian noise (Algorithm 3).  The published draw is cached un
   paper's, not covered by its formal proof; ``selection="single"`` keeps one copy and avoids it, at the price of
   the accuracy guarantee holding only in expectation).
 
+Publication (issue 14; app/unlearning/release.py): the mean is rounded to a grid g and released with discrete
+Gaussian noise (Delta' = Delta + g sqrt(d), sigma' = sigma Delta'/Delta); Delta is at least the float64 round-off
+floor 2 e/(1 - gamma) of the projected GD steps (``roundoff_floor``).
+
 Deviations (documented): the published point is projected onto Theta (E5, post-processing); the Lipschitz
 constant of g uses sup ||theta|| = R of the centred ball (L + mR, tighter than the paper's L + mD and valid);
 several updates in one request are processed sequentially, one round each (pitfall 12).

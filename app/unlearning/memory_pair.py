@@ -33,7 +33,9 @@ Deletion (Alg. "Memory Pair Deletion"), corrected:
     so ||d|| <= Delta = scale * L/lam holds by construction; Delta uses only public numbers (L, lam, n), never
     the observed ||d||;
   * noise: sigma = Delta / sqrt(2 rho_step), rho_step = rho_tot / m (uniform split over the capacity m),
-    theta <- Pi_K(theta + d + sigma xi);
+    theta <- Pi_K(g (round((theta + d)/g) + k)), k ~ N_Z(0, (sigma'/g)^2): the discrete Gaussian on a grid g
+    (app/unlearning/release.py; Delta' = Delta + g sqrt(p), sigma' = sigma Delta'/Delta, rho_step unchanged), with
+    Delta at least the float64 round-off floor of the steps since u (``roundoff_floor``);
   * odometer: rho_spent += rho_step; a deletion that would exceed rho_tot is refused (CapacityExhausted) and
     status becomes "retrain_required" once no further step fits; retrain(retained) starts a new epoch;
   * the curvature memory is dropped after every deletion: the stored pairs are functions of every example

@@ -12,6 +12,13 @@ of the per-step contractions after u).  The i-th deletion adds N(0, sigma_i^2 I)
 
 Either way the published sequence is (alpha, alpha*rho)-OLU for every alpha > 1.
 
+Discrete noise and round-off (issue 14; app/unlearning/release.py).  The noise is the discrete Gaussian on a grid
+g (a power of two from the public a_i and d): theta <- Pi_K(g (round(theta/g) + k)), k ~ N_Z(0, (sigma_i'/g)^2),
+with lattice sensitivity a_i' = a_i + g sqrt(d + 1) and sigma_i' = sigma_i a_i'/a_i, so rho_i = a_i^2/(2 sigma_i^2)
+is unchanged (CKS20 Thm 14).  a_i is max(Delta_u Gamma(u, tau), floor), floor = the float64 round-off two coupled
+runs can add between step u and tau: 2 e min(tau - u + 1, 1/(1 - gamma)) (constant steps; tau - u + 1 otherwise)
++ 2 e n_deletions, e = 8 (d + 3) 2^-53 (R + eta_u L) (``roundoff_floor``).
+
 Schedules (hyperparameter ``schedule``; digest §2.4):
   strongly_convex_capped  eta_t = min(1/(mu t), 2/(beta + mu)); every record deletable (default).
   strongly_convex         eta_t = 1/(mu t); records with u <= 1/2 + beta/(2 mu) raise NotDeletable (000 Thm 3.3).

@@ -27,6 +27,10 @@ single-request theorem.  Nothing composes across releases; the guarantee does no
 combines several releases (including the pre-deletion one), nor the secret checkpoint, which still carries
 the deleted records' influence until the next retrain.
 
+Release (issue 14; app/unlearning/release.py): theta rounded to a grid g plus discrete Gaussian noise on the tail
+sensitivity (raised to the float64 round-off floor of T SGD steps when below it, ``roundoff_floor``); the
+certificate's sigma and sensitivity are the lattice ones (tail' = tail + g sqrt(d), sigma' = sigma tail'/tail).
+
 Streaming ``learn`` for a batch-trained family: examples are appended and get steps as usual.  Until
 ``initial_size`` examples are held the model publishes theta_0 = 0 (data independent; forgetting is exact).
 The ``learn`` call that reaches ``initial_size`` trains on every held example (that call's batch included).
