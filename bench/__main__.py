@@ -5,7 +5,8 @@ run, writes ``bench/results/results.json`` and PNG plots under ``bench/results/`
 summary plots to ``docs/``).  Nothing here is asserted by the tests; numbers depend on the machine and its load.
 Sections: engine (learn throughput vs river and a numpy loop), http (service ingest and latency vs a bare FastAPI
 endpoint), forget (forget(1) vs retraining as the stream grows, every family), memory (state blob, resident engine,
-database bytes per example), profiles (pyinstrument/py-spy evidence for the misses).
+database bytes per example), profiles (pyinstrument/py-spy evidence for the misses), noise (17 exact discrete
+Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from .common import fmt_rate, fmt_time, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("engine", "http", "forget", "memory", "profiles")
+SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise")
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
@@ -40,6 +41,19 @@ def _engine_table(r: dict) -> list[str]:
                      f"{fmt_rate(row.get('river')):>8} {_x(row.get('ratio_vs_river')):>8} "
                      f"{_x(row.get('ratio_event_vs_river')):>15} {_x(row['ratio_vs_numpy_loop']):>13}")
     lines.append(f"compiled vs numpy path, max |theta difference| at d=64: {r['max_abs_gap_fast_vs_numpy_d64']}")
+    return lines
+
+
+def _noise_table(r: dict) -> list[str]:
+    base = r["standard_normal_s"]
+    lines = [f"## noise: {r['size']} draws per call, median per call "
+             f"(today's continuous standard_normal({r['size']}): {base * 1e6:.2f} us)",
+             f"{'sigma (grid)':>13} {'discrete compiled':>18} {'discrete pure':>14} {'compiled/normal':>16}"]
+    for row in r["rows"]:
+        c = row.get("compiled_s")
+        ratio = f"{c / base:.1f}x" if c else "-"
+        comp = f"{c * 1e6:.2f} us" if c else "-"
+        lines.append(f"{row['sigma']:>13g} {comp:>18} {row['pure_s'] * 1e6:>11.0f} us {ratio:>16}")
     return lines
 
 
@@ -227,6 +241,10 @@ def main(argv=None) -> None:
             from . import forget
             res["forget"] = forget.run(a.quick)
             print("\n".join(_forget_table(res["forget"])))
+        elif name == "noise":
+            from . import noise
+            res["noise"] = noise.run(a.quick)
+            print("\n".join(_noise_table(res["noise"])))
         elif name == "memory":
             from . import memory
             res["memory"] = memory.run(a.quick, backends)

@@ -1,10 +1,342 @@
-"""Compiled path of the exact discrete Gaussian sampler (placeholder: the pure path until the kernel lands)."""
+"""Compiled path of the exact discrete Gaussian sampler (optional; numba).  See noise.py for the algorithm.
+
+The kernel runs CKS20 Algorithms 1-3 exactly as ``noise._dgauss_one`` does, in int64 arithmetic, reading the same
+bit stream: the ChaCha20 keystream (RFC 8439) of the call's key, generated here block by block from the key and the
+bit position (``_chacha_block``; checked against ``cryptography``'s ChaCha20 and the RFC 8439 test vector in
+tests/test_discrete_gaussian.py).  For the same key and position the kernel and the pure path consume the same
+bits and return the same draws.
+
+Overflow bound (why int64 suffices).  Let sigma^2 = N/D (lowest terms), t = floor(sigma) + 1.  The kernel is used
+only when t^2 D <= 2^62 and 2N <= 2^62 (``params``): every denominator it draws against (t, t^2 D, 2N, the series
+counter K) is then <= 2^62, so ``randbelow`` needs at most 62 bits per try.  Per candidate:
+  * Laplace:  x = u + t v with u < t; the kernel requires v <= vmax = 2^62 // t - 1, so t v <= 2^62 - t and
+    x <= 2^62 - 1.
+  * Acceptance: e = | |Y| t D - N |; the kernel requires |Y| <= ymax = 2^62 // (t D), so |Y| t D <= 2^62 and,
+    with 0 < N <= 2^61, |e| <= 2^62.  Only e, t^2 D, 2N, their quotients (<= e) and remainders are formed; the
+    exponent's own numerator e^2 and denominator 2 N t^2 D never are (noise._bern_exp_product).
+  * K (series counter), the loop counters xi, yi: at most the number of iterations run, far below 2^62.
+A candidate outside these bounds (probability below exp(-2^60 / sigma^2)-ish for the Laplace tail, i.e. never in
+practice, but handled) makes the kernel stop before that draw and report it; the pure path then redoes that draw
+from the bit position where it started (so the stream, and the result, are the same as the pure path's) and the
+rest.  A sigma with t^2 D > 2^62 or 2N > 2^62 (sigma >= 2^31, or a sigma whose mantissa has more than ~30
+significant bits, e.g. 3.7) runs on the pure path entirely: ``sigma_for_fast_path`` rounds a sigma up to 30
+significant bits (relative increase < 2^-29) for callers that want the compiled path.
+
+Randomness.  Per call: one 256-bit ChaCha20 key from os.urandom (``noise.SecureRandomBits``) - 32 bytes from the
+kernel (~0.3 us) instead of reading every random bit from os.urandom (a 2 KiB read costs ~4 us, more than the
+draws), and no keystream buffer to size or run out of.  The key lives for one call and is not stored.
+Without numba (or with OLU_NUMBA=0) ``available()`` is False and every draw takes the pure path.
+"""
 from __future__ import annotations
+
+import functools
+import os
+import threading
 
 import numpy as np
 
 from . import noise
 
+try:  # pragma: no cover - depends on the environment
+    if os.environ.get("OLU_NUMBA", "1").strip().lower() in ("0", "false", "no", "off"):
+        raise ImportError("disabled by OLU_NUMBA=0")
+    import numba
+    _IMPORT_ERROR: str | None = None
+except ImportError as e:  # pragma: no cover - depends on the environment
+    numba = None
+    _IMPORT_ERROR = str(e)
+
+enabled = True  # tests and the benchmark switch the compiled path off with ``set_enabled(False)``
+
+LIMIT = 2**62
+_M32 = np.uint64(0xFFFFFFFF)
+_ONE = np.uint64(1)
+_S7, _S8, _S12, _S16, _S20, _S24, _S25, _S32 = (np.uint64(v) for v in (7, 8, 12, 16, 20, 24, 25, 32))
+_C0, _C1, _C2, _C3 = (np.uint64(v) for v in (0x61707865, 0x3320646E, 0x79622D32, 0x6B206574))  # "expand 32-byte k"
+_ZERO = np.uint64(0)
+_BLOCK_LIMIT = 2**32  # the 32-bit block counter of RFC 8439
+
+
+def _qr(a, b, c, d):
+    """The ChaCha quarter round (RFC 8439 §2.1) on 32-bit values held in uint64."""
+    a = (a + b) & _M32
+    d ^= a
+    d = ((d << _S16) | (d >> _S16)) & _M32
+    c = (c + d) & _M32
+    b ^= c
+    b = ((b << _S12) | (b >> _S20)) & _M32
+    a = (a + b) & _M32
+    d ^= a
+    d = ((d << _S8) | (d >> _S24)) & _M32
+    c = (c + d) & _M32
+    b ^= c
+    b = ((b << _S7) | (b >> _S25)) & _M32
+    return a, b, c, d
+
+
+def _chacha_block(key, counter):
+    """Block ``counter`` of the ChaCha20 keystream of ``key`` (eight 32-bit words in uint64; nonce 0) as eight
+    little-endian 64-bit words."""
+    k0, k1, k2, k3, k4, k5, k6, k7 = key
+    n0 = np.uint64(counter) & _M32
+    x0, x1, x2, x3 = _C0, _C1, _C2, _C3
+    x4, x5, x6, x7, x8, x9, x10, x11 = k0, k1, k2, k3, k4, k5, k6, k7
+    x12, x13, x14, x15 = n0, _ZERO, _ZERO, _ZERO
+    for _ in range(10):  # 20 rounds: column round + diagonal round (RFC 8439 §2.3)
+        x0, x4, x8, x12 = _qr(x0, x4, x8, x12)
+        x1, x5, x9, x13 = _qr(x1, x5, x9, x13)
+        x2, x6, x10, x14 = _qr(x2, x6, x10, x14)
+        x3, x7, x11, x15 = _qr(x3, x7, x11, x15)
+        x0, x5, x10, x15 = _qr(x0, x5, x10, x15)
+        x1, x6, x11, x12 = _qr(x1, x6, x11, x12)
+        x2, x7, x8, x13 = _qr(x2, x7, x8, x13)
+        x3, x4, x9, x14 = _qr(x3, x4, x9, x14)
+    x0, x1, x2, x3 = (x0 + _C0) & _M32, (x1 + _C1) & _M32, (x2 + _C2) & _M32, (x3 + _C3) & _M32
+    x4, x5, x6, x7 = (x4 + k0) & _M32, (x5 + k1) & _M32, (x6 + k2) & _M32, (x7 + k3) & _M32
+    x8, x9, x10, x11 = (x8 + k4) & _M32, (x9 + k5) & _M32, (x10 + k6) & _M32, (x11 + k7) & _M32
+    x12 = (x12 + n0) & _M32
+    return (x0 | (x1 << _S32), x2 | (x3 << _S32), x4 | (x5 << _S32), x6 | (x7 << _S32),
+            x8 | (x9 << _S32), x10 | (x11 << _S32), x12 | (x13 << _S32), x14 | (x15 << _S32))
+
+
+# The bit reader's state is a tuple (bit position, index of the cached block, the cached block, counter exhausted)
+# passed and returned by value: numba calls that pass arrays pay ~30 ns of reference counting each, tuples do not.
+
+def _word(key, st, i):
+    """The i-th 64-bit keystream word."""
+    pos, bidx, blk, bad = st
+    b = i >> 3
+    if b != bidx:
+        if b >= _BLOCK_LIMIT:
+            return _ZERO, (pos, bidx, blk, True)
+        blk = _chacha_block(key, b)
+        bidx = b
+    return blk[i & 7], (pos, bidx, blk, bad)
+
+
+def _take(key, st, k):
+    """The next k bits (1 <= k <= 63), most significant first, as int64 (noise.ChaChaBits.take)."""
+    pos = st[0]
+    w0 = pos >> 6
+    off = pos & 63
+    w, st = _word(key, st, w0)
+    if off + k <= 64:
+        v = np.int64((w << np.uint64(off)) >> np.uint64(64 - k))
+    else:
+        r = off + k - 64
+        hi = w & ((_ONE << np.uint64(64 - off)) - _ONE)
+        lo, st = _word(key, st, w0 + 1)
+        v = np.int64((hi << np.uint64(r)) | (lo >> np.uint64(64 - r)))
+    return v, (pos + k, st[1], st[2], st[3])
+
+
+def _bitlen(m):
+    """Bit length of m >= 1."""
+    k = 1
+    if m >= 4294967296:
+        m >>= 32
+        k += 32
+    if m >= 65536:
+        m >>= 16
+        k += 16
+    if m >= 256:
+        m >>= 8
+        k += 8
+    if m >= 16:
+        m >>= 4
+        k += 4
+    if m >= 4:
+        m >>= 2
+        k += 2
+    if m >= 2:
+        k += 1
+    return k
+
+
+def _randbelow(key, st, n):
+    """noise.ChaChaBits.randbelow for 1 <= n <= 2^62."""
+    if n == 1:
+        return 0, st
+    k = _bitlen(n - 1)
+    while True:
+        v, st = _take(key, st, k)
+        if v < n:
+            return v, st
+
+
+def _bern_frac(key, st, num, den):
+    if num <= 0:
+        return False, st
+    if num >= den:
+        return True, st
+    v, st = _randbelow(key, st, den)
+    return v < num, st
+
+
+def _bern_exp_series(key, st, n1, d1, n2, d2):
+    """noise._bern_exp_series."""
+    k = 1
+    while True:
+        a, st = _bern_frac(key, st, n1, d1)
+        if not a:
+            break
+        a, st = _bern_frac(key, st, n2, d2)
+        if not a:
+            break
+        a, st = _bern_frac(key, st, 1, k)
+        if not a:
+            break
+        k += 1
+    return (k & 1) == 1, st
+
+
+def _bern_exp_product(key, st, a1, b1, a2, b2):
+    """noise._bern_exp_product."""
+    xi = a1 // b1
+    xf = a1 - xi * b1
+    yi = a2 // b2
+    yf = a2 - yi * b2
+    for _ in range(xi):
+        for _ in range(yi):
+            a, st = _bern_exp_series(key, st, 1, 1, 1, 1)
+            if not a:
+                return False, st
+    for _ in range(xi):
+        a, st = _bern_exp_series(key, st, yf, b2, 1, 1)
+        if not a:
+            return False, st
+    for _ in range(yi):
+        a, st = _bern_exp_series(key, st, xf, b1, 1, 1)
+        if not a:
+            return False, st
+    return _bern_exp_series(key, st, xf, b1, yf, b2)
+
+
+def _gauss_one(key, st, n, d, t, ttd, two_n, vmax, ymax):
+    """noise._dgauss_one in int64: (draw, ok, state), ok False when a bound of the module docstring fails."""
+    while True:
+        # noise._discrete_laplace
+        u, st = _randbelow(key, st, t)
+        a, st = _bern_exp_series(key, st, u, t, 1, 1)
+        if not a:
+            continue
+        v = 0
+        while True:
+            a, st = _bern_exp_series(key, st, 1, 1, 1, 1)
+            if not a:
+                break
+            v += 1
+        if v > vmax:
+            return 0, False, st
+        x = u + t * v
+        neg, st = _take(key, st, 1)
+        if neg == 1 and x == 0:
+            continue
+        # noise._dgauss_one's acceptance test
+        if x > ymax:
+            return 0, False, st
+        e = x * t * d - n
+        if e < 0:
+            e = -e
+        a, st = _bern_exp_product(key, st, e, ttd, e, two_n)
+        if a:
+            return (-x if neg == 1 else x), True, st
+
+
+def _kernel(key_bytes, pos0, prm, out):
+    """Fill out[0..] with draws from bit position pos0 of the keystream of the 32-byte key; prm = ``params``'s
+    (N, D, t, t^2 D, 2N, vmax, ymax).  Returns (draws completed, bit position after them)."""
+    n, d, t, ttd, two_n, vmax, ymax = prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6]
+    k = [_ZERO] * 8
+    for j in range(8):  # RFC 8439: the key as eight little-endian 32-bit words
+        k[j] = (np.uint64(key_bytes[4 * j]) | (np.uint64(key_bytes[4 * j + 1]) << _S8)
+                | (np.uint64(key_bytes[4 * j + 2]) << _S16) | (np.uint64(key_bytes[4 * j + 3]) << _S24))
+    key = (k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7])
+    st = (np.int64(pos0), np.int64(-1), (_ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO), False)
+    for i in range(out.shape[0]):
+        start = st[0]
+        y, ok, st = _gauss_one(key, st, n, d, t, ttd, two_n, vmax, ymax)
+        if not ok or st[3]:
+            return i, start
+        out[i] = y
+    return out.shape[0], st[0]
+
+
+_PY = {f.__name__: f for f in (_qr, _chacha_block, _word, _take, _bitlen, _randbelow, _bern_frac, _bern_exp_series,
+                               _bern_exp_product, _gauss_one, _kernel)}
+_INLINE = frozenset(("_qr", "_word", "_take", "_bitlen", "_randbelow", "_bern_frac"))
+_compiled = None
+_lock = threading.Lock()
+
+
+def _compile():
+    """njit every helper (callees first, rebinding the module names so callers compile against them)."""
+    global _compiled
+    with _lock:
+        if _compiled is None:
+            g = globals()
+            for name, f in _PY.items():
+                opts = {"inline": "always"} if name in _INLINE else {}
+                try:
+                    g[name] = numba.njit(cache=True, nogil=True, **opts)(f)
+                except Exception:  # pragma: no cover - e.g. no writable cache directory
+                    g[name] = numba.njit(nogil=True, **opts)(f)
+            _compiled = g["_kernel"]
+    return _compiled
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the kernel now; a no-op without numba."""
+    if available():
+        k = _compile()
+        k(bytes(32), 0, params(1.0)[-1], np.empty(1, np.int64))
+
+
+def available() -> bool:
+    return numba is not None and enabled
+
+
+def unavailable_reason() -> str | None:
+    return None if numba is not None else f"numba is not importable ({_IMPORT_ERROR})"
+
+
+def set_enabled(flag: bool) -> bool:
+    """Switch the compiled path on or off (benchmarks, equality tests); returns the previous setting."""
+    global enabled
+    previous, enabled = enabled, bool(flag)
+    return previous
+
+
+@functools.lru_cache(maxsize=256)
+def params(sigma: float) -> tuple[int, int, int, bool, np.ndarray | None]:
+    """(N, D, t, fits, prm) for sigma: prm = int64 [N, D, t, t^2 D, 2N, vmax, ymax] if the kernel's bounds hold
+    (module docstring), else None."""
+    n, d, t = noise._dgauss_params(sigma)
+    ttd, two_n = t * t * d, 2 * n
+    fits = ttd <= LIMIT and two_n <= LIMIT
+    prm = np.array([n, d, t, ttd, two_n, LIMIT // t - 1, LIMIT // (t * d)], dtype=np.int64) if fits else None
+    return n, d, t, fits, prm
+
+
+def sigma_for_fast_path(sigma: float, bits: int = 30) -> float:
+    """The least float >= sigma with at most ``bits`` significant bits (sigma < 2^31 then runs compiled)."""
+    import math
+    m, e = math.frexp(float(sigma))       # sigma = m 2^e, 0.5 <= m < 1
+    scaled = math.ldexp(m, bits)          # exact
+    r = math.ceil(scaled)
+    return math.ldexp(r, e - bits)        # exact: r < 2^bits + 1
+
 
 def sample(sigma: float, size: int, rand) -> np.ndarray:
-    return noise.sample_discrete_gaussian_pure(sigma, size, rand)
+    """noise.sample_discrete_gaussian: the compiled kernel when it applies, the pure path for the rest."""
+    prm = params(sigma)[4]
+    size = noise._check_size(size)
+    bits = rand.stream()
+    out = np.empty(size, dtype=np.int64)
+    start = 0
+    if prm is not None and enabled and numba is not None:
+        kernel = _compiled if _compiled is not None else _compile()
+        start, bits.pos = kernel(bits.key, bits.pos, prm, out)
+        if start == size:
+            return out
+    return noise.sample_discrete_gaussian_pure(sigma, size, rand, _start=start, _out=out, _bits=bits)

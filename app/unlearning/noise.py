@@ -114,9 +114,9 @@ class ChaChaBits:
     __slots__ = ("key", "pos", "_chunk_index", "_chunk")
 
     def __init__(self, key: bytes, pos: int = 0):
-        if len(key) != 32:
+        if type(key) is not bytes or len(key) != 32:
             raise ValueError("a ChaCha20 key is 32 bytes")
-        self.key = bytes(key)
+        self.key = key
         self.pos = int(pos)
         self._chunk_index = -1
         self._chunk: list[int] = []
@@ -298,6 +298,8 @@ def sample_discrete_gaussian_pure(sigma: float, size: int, rand: RandomBits, _st
 
 
 def _check_size(size) -> int:
+    if type(size) is int and size >= 0:
+        return size
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
         raise ValueError(f"size must be a non-negative integer, got {size!r}")
     return int(size)
@@ -310,5 +312,12 @@ def sample_discrete_gaussian(sigma: float, size: int, rand: RandomBits) -> np.nd
     exact rational Fraction(sigma)^2 and every decision is an integer comparison of uniform draws from ``rand``.
     Raises ValueError for sigma not finite and > 0, OverflowError if a draw does not fit in int64.
     """
-    from . import fast_dgauss
-    return fast_dgauss.sample(sigma, size, rand)
+    return _fast_sample(sigma, size, rand)
+
+
+def _fast_sample(sigma, size, rand):
+    """Binds fast_dgauss.sample on first use (fast_dgauss imports this module)."""
+    global _fast_sample
+    from .fast_dgauss import sample
+    _fast_sample = sample
+    return sample(sigma, size, rand)
