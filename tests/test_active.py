@@ -148,9 +148,10 @@ def test_single_worst_case_is_tight_and_controls_fail():
 @pytest.mark.parametrize("variant", ["single", "two_phase"])
 def test_orthogonal_stream_tightness(variant):
     X, y, u = orthogonal_stream(10, 30)
-    # seed 1: a noise draw for which the projection onto K does not bind (when it binds it shrinks the gap)
-    (p,) = coupled_replay_data(factory(spec(variant)), X, y, {len(y): [u]}, seed=1)
-    check([p])
+    # a few noise draws: where the projection onto K binds it shrinks the gap, so the bound is attained on the others
+    pts = [coupled_replay_data(factory(spec(variant)), X, y, {len(y): [u]}, seed=s)[0] for s in range(4)]
+    check(pts)
+    p = max(pts, key=lambda q: q.distance / q.shift_bound)
     assert p.distance / p.shift_bound > 0.45  # residual 1/2 at the forgotten step: 0.5 sqrt(2)/L
     (q,) = coupled_replay_data(factory(spec(variant), UnderNoised), X, y, {len(y): [u]})
     assert q.realized > q.certified
@@ -158,8 +159,8 @@ def test_orthogonal_stream_tightness(variant):
 
 def test_two_phase_p13_erratum_fails():
     X, y, u = orthogonal_stream(10, 30)
-    (p,) = coupled_replay_data(factory(spec("two_phase"), P13Step), X, y, {len(y): [u]}, seed=1)
-    assert p.distance > p.shift_bound and p.realized > p.certified
+    pts = [coupled_replay_data(factory(spec("two_phase"), P13Step), X, y, {len(y): [u]}, seed=s)[0] for s in range(4)]
+    assert any(p.distance > p.shift_bound and p.realized > p.certified for p in pts)
 
 
 # ---- adversarial schedules: step 1, bursts, old records, anchors --------------------------------
@@ -192,7 +193,7 @@ def test_burst_and_old_record_fall_back(variant):
     if variant == "single":  # two_phase: I_1 = I_2 = 0 here (mu D tau < L, i = 1): honest passive noise
         assert certs[0].details["gd_steps"] > 0
     for c in certs:
-        assert c.rho == pytest.approx(c.sensitivity**2 / (2 * c.sigma**2), rel=1e-9)
+        assert c.rho == pytest.approx(c.sensitivity**2 / (2 * c.sigma**2), rel=1e-8)  # sigma' rounded up (release.py)
     assert e.ledger()["rho_spent"] == pytest.approx(sum(c.rho for c in certs))
 
 

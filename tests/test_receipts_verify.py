@@ -346,7 +346,8 @@ def test_discrete_mechanism_field_is_checked():
     good = {"type": "discrete_gaussian", "sigma": 2.0, "sensitivity": 0.5, "rho": 0.5**2 / (2 * 2.0**2),
             "grid": 2.0**-20, "rounding": "nearest_even"}
     cases = [(good, True), ({**good, "grid": 0.3}, False), ({**good, "grid": 0.0}, False),
-             ({**good, "rho": 0.5}, False), ({**good, "rounding": "floor"}, False),
+             ({**good, "rho": 0.5}, True), ({**good, "rho": good["rho"] * 0.99}, False),
+             ({**good, "rounding": "floor"}, False),
              ({k: v for k, v in good.items() if k != "grid"}, False)]
     for mech, ok in cases:
         report = VerificationReport()

@@ -17,7 +17,8 @@ secret states of the two worlds differ by at most Delta in l2, the rounded state
 Delta / g + sqrt(n) in l2 (each coordinate's rounding moves it by at most 1/2, twice).  In parameter units the
 lattice sensitivity is therefore Delta' = Delta + g sqrt(n), and the noise is scaled to sigma' = sigma Delta' / Delta,
 so the charge Delta'^2 / (2 sigma'^2) = Delta^2 / (2 sigma^2) is the very rho each family certified for the
-continuous mechanism: the ledger, the omega series and app/privacy's zCDP -> (epsilon, delta) conversions are
+continuous mechanism (sigma'/g is then rounded up to 30 significant bits for the compiled sampler, which only
+lowers the true charge below the certified one): the ledger, the omega series and app/privacy's zCDP -> (epsilon, delta) conversions are
 unchanged.  The families calibrated directly to (epsilon, delta) (descent-to-delete, rewind) keep the ratio
 sigma'/Delta' = sigma/Delta; their certificates additionally state the zCDP charge Delta^2/(2 sigma^2).
 
@@ -44,6 +45,7 @@ import math
 import numpy as np
 
 from . import fast
+from .fast_dgauss import sigma_for_fast_path
 
 U64 = 2.0**-53            # unit round-off of float64
 GRID_FACTOR = 2.0**10     # K: the rounding adds at most Delta / K to the sensitivity
@@ -102,7 +104,8 @@ def discrete_release(theta: np.ndarray, sensitivity: float, sigma: float, noise,
     at least the family's round-off floor); ``scale`` is the public bound on |theta| (the domain radius) that
     bounds the grid from below; ``radius`` projects onto the L2 ball afterwards (post-processing) when given.
     sensitivity_used = Delta + g sqrt(n) is the l2 distance the released lattice points of the two worlds can
-    have; sigma_used = sigma Delta'/Delta keeps Delta'^2 / (2 sigma_used^2) = Delta^2 / (2 sigma^2) (CKS20 Thm 14).
+    have; sigma_used = sigma Delta'/Delta (rounded up by at most 2^-29, see below) keeps
+    Delta'^2 / (2 sigma_used^2) <= Delta^2 / (2 sigma^2), the charge the family certified (CKS20 Thm 14).
     With sigma = 0 nothing is noised (an exact release): theta is returned as is, grid 0.
     """
     n = int(theta.shape[0])
@@ -116,6 +119,10 @@ def discrete_release(theta: np.ndarray, sensitivity: float, sigma: float, noise,
     else:  # the two worlds are identical (Delta = 0): rounding them gives the same lattice point
         grid = grid_resolution(sigma, n, scale)
         sens_used, sigma_used = 0.0, sigma
+    # round sigma'/g UP to 30 significant bits (at most 2^-29 relative): the exact sampler's compiled kernel then
+    # applies (fast_dgauss; sigma^2 a ratio of int64s).  More noise than certified: rho = Delta^2/(2 sigma^2) as
+    # charged stays an upper bound on Delta'^2/(2 sigma_used^2).  g is a power of two, so sigma_used/g is exact.
+    sigma_used = sigma_for_fast_path(sigma_used / grid) * grid
     return add_discrete_noise(theta, grid, sigma_used, noise, radius), grid, sigma_used, sens_used
 
 
