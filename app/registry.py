@@ -14,7 +14,7 @@ import numpy as np
 
 from .privacy import rho_from_epsilon_delta
 from .db.state_codec import pack_state, unpack_state
-from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, fast
+from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, fast, fast_dgauss
 from .unlearning.losses import make_loss
 
 CONVERSION = "cks20"
@@ -69,6 +69,7 @@ class ModelRegistry:
         self._lock = threading.Lock()
         self.capacity = capacity
         fast.warm_up_async()  # compile passive OLU's OGD loop off the request path (no-op without numba)
+        fast_dgauss.warm_up_async()  # and the discrete Gaussian sampler's kernel
 
     @staticmethod
     def new_engine(spec: ModelSpec) -> Unlearner:

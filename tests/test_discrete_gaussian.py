@@ -157,6 +157,11 @@ def test_long_mantissa_sigma_takes_the_pure_path_and_sigma_for_fast_path():
     assert s >= 3.7 and (s - 3.7) / 3.7 < 2.0**-29
     assert fast_dgauss.params(s)[3]
     assert fast_dgauss.sigma_for_fast_path(1e6) == 1e6 and fast_dgauss.sigma_for_fast_path(0.5) == 0.5
+    rng = np.random.default_rng(2)
+    for sigma in np.concatenate([10.0 ** rng.uniform(-8, 30 * math.log10(2), 400), [0.25, 2.0**30]]):
+        s = fast_dgauss.sigma_for_fast_path(float(sigma))
+        assert s >= sigma and fast_dgauss.params(s)[3], sigma
+        assert s - sigma <= max(sigma * 2.0**-29, 2.0**-30)
     a = sample_discrete_gaussian(3.7, 50, SeededRandomBits("long"))
     np.testing.assert_array_equal(a, sample_discrete_gaussian_pure(3.7, 50, SeededRandomBits("long")))
 
@@ -283,6 +288,14 @@ def test_seeded_noise_is_reproducible_and_records_last():
     assert a.last is g
 
 
+def test_seeded_bits_seeds():
+    first = [SeededRandomBits(s).stream().take(64) for s in (1, np.int64(1), "1", b"1", 2, -1, 10**30)]
+    assert first[0] == first[1]                       # numpy integers are integers
+    assert len(set(first[1:])) == len(first) - 1      # 1, "1" and b"1" are different seeds
+    with pytest.raises(TypeError):
+        SeededRandomBits(1.5)
+
+
 def test_recording_noise_in_d2d_replay_records_discrete_draws():
     from app.unlearning.d2d_replay import RecordingNoise
     r = RecordingNoise(SeededNoise(1))
@@ -339,3 +352,15 @@ def test_secure_bits_use_os_urandom(monkeypatch):
     monkeypatch.setattr(nz.os, "urandom", spy)
     SecureGaussianNoise().discrete_gaussian(3.0, 5)
     assert calls == [32]
+
+
+@needs_numba
+def test_fallback_with_production_bits(monkeypatch):
+    """The os.urandom-keyed path falls back the same way (its stream is rebuilt from the key and position)."""
+    sigma = 10.0
+    n, d, t, fits, prm = fast_dgauss.params(sigma)
+    tight = prm.copy()
+    tight[6] = 12
+    monkeypatch.setattr(fast_dgauss, "params", lambda s: (n, d, t, True, tight))
+    x = np.concatenate([sample_discrete_gaussian(sigma, 50, SecureRandomBits()) for _ in range(20)])
+    assert x.dtype == np.int64 and np.abs(x).max() > 12

@@ -18,9 +18,9 @@ counter K) is then <= 2^62, so ``randbelow`` needs at most 62 bits per try.  Per
 A candidate outside these bounds (probability below exp(-2^60 / sigma^2)-ish for the Laplace tail, i.e. never in
 practice, but handled) makes the kernel stop before that draw and report it; the pure path then redoes that draw
 from the bit position where it started (so the stream, and the result, are the same as the pure path's) and the
-rest.  A sigma with t^2 D > 2^62 or 2N > 2^62 (sigma >= 2^31, or a sigma whose mantissa has more than ~30
-significant bits, e.g. 3.7) runs on the pure path entirely: ``sigma_for_fast_path`` rounds a sigma up to 30
-significant bits (relative increase < 2^-29) for callers that want the compiled path.
+rest.  A sigma with t^2 D > 2^62 or 2N > 2^62 (sigma > 2^30.5, or a sigma whose mantissa has more than ~30
+significant bits, e.g. 3.7) runs on the pure path entirely (~10 us per draw): ``sigma_for_fast_path`` rounds a
+sigma <= 2^30 up to 30 significant bits (relative increase < 2^-29) for callers that want the compiled path.
 
 Randomness.  Per call: one 256-bit ChaCha20 key from os.urandom (``noise.SecureRandomBits``) - 32 bytes from the
 kernel (~0.3 us) instead of reading every random bit from os.urandom (a 2 KiB read costs ~4 us, more than the
@@ -292,6 +292,21 @@ def warm_up() -> None:
         k(bytes(32), 0, params(1.0)[-1], np.empty(1, np.int64))
 
 
+_warming = False
+
+
+def warm_up_async() -> None:
+    """``warm_up`` in a background thread, once per process, so that no forget pays for the compilation."""
+    global _warming
+    if not available():
+        return
+    with _lock:
+        if _warming:
+            return
+        _warming = True
+    threading.Thread(target=warm_up, name="olu-numba-dgauss-warm-up", daemon=True).start()
+
+
 def available() -> bool:
     return numba is not None and enabled
 
@@ -318,24 +333,43 @@ def params(sigma: float) -> tuple[int, int, int, bool, np.ndarray | None]:
     return n, d, t, fits, prm
 
 
-def sigma_for_fast_path(sigma: float, bits: int = 30) -> float:
-    """The least float >= sigma with at most ``bits`` significant bits (sigma < 2^31 then runs compiled)."""
+def sigma_for_fast_path(sigma: float) -> float:
+    """A float >= sigma, within a relative 2^-29 (sigma >= 1/4) or an absolute 2^-30 (sigma < 1/4), that the
+    kernel accepts whenever sigma <= 2^30: sigma rounded up to 30 significant bits, or for sigma < 1/4 to a
+    multiple of 2^-30.  A caller that wants the compiled path calibrates with this sigma (more noise, never less).
+
+    Why it fits: for 1/4 <= sigma < 2^30 (2^E <= sigma < 2^(E+1), -2 <= E <= 29) the result is M 2^-f with
+    M <= 2^30 and f = 29 - E >= 0, so N = M^2 <= 2^60 and, with t <= 2^(E+1), t^2 D <= 2^(2E+2) 2^(58-2E) = 2^60;
+    below 1/4 it is M 2^-30 with M < 2^28, t = 1, D <= 2^60, N < 2^56; sigma = 2^30: N = 2^60, t^2 < 2^61.
+    Above 2^30.5, 2N > 2^62 and the pure path runs whatever the rounding.
+    """
     import math
-    m, e = math.frexp(float(sigma))       # sigma = m 2^e, 0.5 <= m < 1
-    scaled = math.ldexp(m, bits)          # exact
-    r = math.ceil(scaled)
-    return math.ldexp(r, e - bits)        # exact: r < 2^bits + 1
+    sigma = float(sigma)
+    if not (math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma must be a finite positive number, got {sigma!r}")
+    if sigma < 0.25:
+        return math.ldexp(math.ceil(math.ldexp(sigma, 30)), -30)
+    m, e = math.frexp(sigma)              # sigma = m 2^e, 0.5 <= m < 1
+    r = math.ceil(math.ldexp(m, 30))      # exact: an integer <= 2^30
+    return math.ldexp(r, e - 30)          # exact
 
 
 def sample(sigma: float, size: int, rand) -> np.ndarray:
     """noise.sample_discrete_gaussian: the compiled kernel when it applies, the pure path for the rest."""
     prm = params(sigma)[4]
     size = noise._check_size(size)
-    bits = rand.stream()
     out = np.empty(size, dtype=np.int64)
-    start = 0
-    if prm is not None and enabled and numba is not None:
-        kernel = _compiled if _compiled is not None else _compile()
+    if prm is None or not enabled or numba is None:
+        return noise.sample_discrete_gaussian_pure(sigma, size, rand, _out=out)
+    kernel = _compiled if _compiled is not None else _compile()
+    if type(rand) is noise.SecureRandomBits:  # its stream(), without building the object unless it is needed
+        key, pos = os.urandom(32), 0
+        start, pos = kernel(key, pos, prm, out)
+        if start == size:
+            return out
+        bits = noise.ChaChaBits(key, pos)
+    else:
+        bits = rand.stream()
         start, bits.pos = kernel(bits.key, bits.pos, prm, out)
         if start == size:
             return out

@@ -10,6 +10,30 @@ spreads the 128 entropy bits of ``secrets.randbits(128)`` over those 256 bits, a
 ``OsEntropy`` is an ``ISeedSequence`` whose ``generate_state`` returns the requested words straight from
 ``os.urandom``; the bit generator is seeded by the same ``pcg64_set_seed`` call, with 256 fresh CSPRNG bits instead
 of 128 hashed ones.  The object holds no state: each call reads new bytes from the kernel and nothing is kept.
+
+Exact discrete Gaussian (issue 14: floating-point Gaussian samplers leak through their low-order bits, Mironov
+CCS 2012).  ``sample_discrete_gaussian(sigma, size, rand)`` returns int64 draws from N_Z(0, sigma^2),
+P(k) = exp(-k^2 / 2 sigma^2) / sum_j exp(-j^2 / 2 sigma^2), by Canonne, Kamath & Steinke 2020 ("The Discrete
+Gaussian for Differential Privacy"):
+  * Algorithm 1, Bernoulli(exp(-g)) for rational g >= 0: for g <= 1, K = 1; while Bernoulli(g/K): K += 1; return
+    K odd (P = sum over odd K of g^(K-1)/(K-1)! - g^K/K! = exp(-g)); for g > 1, floor(g) Bernoulli(exp(-1)) and one
+    Bernoulli(exp(-(g - floor g))), all of which must be 1.  Here g = x y is always a product of two rationals and
+    the integer/fractional split is done on x and y separately (``_bern_exp_product``), and Bernoulli(g/K) is
+    the AND of independent Bernoulli(x_f), Bernoulli(y_f), Bernoulli(1/K): the same probabilities (products of
+    independent Bernoullis), with every denominator kept to that of x, y or K.
+  * Algorithm 2, the discrete Laplace of scale t (s = 1): U uniform on [0, t), accept with Bernoulli(exp(-U/t)),
+    V ~ Geometric via Bernoulli(exp(-1)), X = U + t V, a sign bit, -0 rejected.
+  * Algorithm 3: t = floor(sigma) + 1; Y ~ Laplace_Z(t), accepted with Bernoulli(exp(-(|Y| - sigma^2/t)^2 /
+    (2 sigma^2))).  With sigma^2 = N/D and e = |Y| t D - N the exponent is (|e| / t^2 D) (|e| / 2N).
+Exactness: sigma^2 is the rational Fraction(sigma)^2 (a float is a dyadic rational; sigma * sigma in floating point
+is not used anywhere), and every decision is an integer comparison of a uniform integer with an integer: no
+floating-point number takes part in sampling, so the output law is N_Z(0, sigma^2) exactly, given uniform bits.
+Randomness: uniform integers on [0, n) take k = bitlen(n - 1) bits and are rejected while >= n (no modulo bias).
+The bits are a ChaCha20 keystream (RFC 8439): ``SecureRandomBits`` keys it with 32 fresh bytes of os.urandom per
+sampling call and drops key and stream when the call returns (a CSPRNG keyed by the OS CSPRNG; ChaCha20 is also
+what the Linux kernel's getrandom uses); ``SeededRandomBits`` keys it from a seed for tests only.
+Speed: ``fast_dgauss.py`` runs the same algorithm in int64 (numba) on the same bits, giving identical draws; its
+module docstring proves the int64 bounds and when it hands a draw back to the pure path here.
 """
 from __future__ import annotations
 
@@ -182,11 +206,16 @@ class SeededRandomBits:
     """Deterministic bits for tests only: one ChaCha20 stream keyed by SHA-256 of the seed, continued across calls."""
 
     def __init__(self, seed: int | bytes | str):
-        if isinstance(seed, int):
-            seed = seed.to_bytes((seed.bit_length() + 8) // 8, "little", signed=True)
+        if isinstance(seed, (int, np.integer)):
+            seed = int(seed)
+            seed = b"i" + seed.to_bytes((seed.bit_length() + 8) // 8, "little", signed=True)
         elif isinstance(seed, str):
-            seed = seed.encode()
-        self._stream = ChaChaBits(hashlib.sha256(b"olu-seeded-random-bits\0" + bytes(seed)).digest())
+            seed = b"s" + seed.encode()
+        elif isinstance(seed, bytes):
+            seed = b"b" + seed
+        else:
+            raise TypeError(f"seed must be an int, str or bytes, got {type(seed).__name__}")
+        self._stream = ChaChaBits(hashlib.sha256(b"olu-seeded-random-bits\0" + seed).digest())
 
     def stream(self) -> ChaChaBits:
         return self._stream
