@@ -30,6 +30,9 @@ class ZeroNoise:
     def standard_normal(self, size: int) -> np.ndarray:
         return np.zeros(size)
 
+    def discrete_gaussian(self, sigma: float, size: int) -> np.ndarray:
+        return np.zeros(size, dtype=np.int64)
+
 
 def breast_cancer() -> tuple[np.ndarray, np.ndarray]:
     X, y = load_breast_cancer(return_X_y=True)

@@ -125,7 +125,7 @@ def test_memory_pair_with_client_supplied_features(tenant):
     right = {"id": "rec-4", "x": X[4].tolist(), "y": 0.0}
     r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-4"], "examples": [right]})
     assert r.status_code == 200, r.text
-    assert r.json()["receipts"][0]["mechanism"]["type"] == "gaussian"
+    assert r.json()["receipts"][0]["mechanism"]["type"] == "discrete_gaussian"
     ledger = c.get(f"/v1/models/{mid}/ledger").json()
     assert ledger["accounting"] == "capacity" and ledger["capacity_total"] == 2 and ledger["capacity_left"] == 1
     assert ledger["rho_spent"] <= ledger["rho_budget"]

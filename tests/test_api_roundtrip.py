@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 
@@ -37,7 +38,7 @@ def test_learn_predict_unlearn_receipt_round_trip(server, tenant):
         assert verify_receipt(receipt, keys)
         assert receipt["learned_step"] == learned and receipt["forgotten_step"] == 40
         assert receipt["model_id"] == mid and receipt["tenant_id"] == tenant_id
-        assert receipt["mechanism"]["type"] == "gaussian" and receipt["mechanism"]["sigma"] > 0
+        assert receipt["mechanism"]["type"] == "discrete_gaussian" and receipt["mechanism"]["sigma"] > 0
         assert receipt["model_version"] == 3
         raw = np.asarray(params["weights"] + [params["bias"]], dtype="<f8").tobytes()
         assert receipt["published_parameters_sha256"] == hashlib.sha256(raw).hexdigest()
@@ -47,6 +48,16 @@ def test_learn_predict_unlearn_receipt_round_trip(server, tenant):
         assert {k: v for k, v in got.items() if k != "proof"} == {k: v for k, v in receipt.items() if k != "proof"}
         assert verify_receipt(got, keys)
     assert [rc["log_index"] for rc in out["receipts"]] == [0, 1]
+    # the mechanism is named with its grid (app/unlearning/release.py); the last release made the published point
+    for receipt in out["receipts"]:
+        mech = receipt["mechanism"]
+        assert mech["rounding"] == "nearest_even" and mech["grid"] > 0
+        assert math.log2(mech["grid"]) == int(math.log2(mech["grid"]))  # a power of two
+        assert mech["sensitivity"] > 0 and mech["sigma"] / mech["sensitivity"] > 1
+    w = np.asarray(params["weights"] + [params["bias"]])
+    g = out["receipts"][-1]["mechanism"]["grid"]
+    if np.linalg.norm(w) < 10.0 * (1 - 1e-9):  # the projection onto K did not bind: the published point is g * integers
+        assert np.array_equal(w / g, np.rint(w / g))
     assert out["receipts"][1]["ledger_after"]["rho_spent"] > out["receipts"][0]["ledger_after"]["rho_spent"]
 
     # a tampered receipt does not verify

@@ -189,7 +189,7 @@ def test_worst_case_replay_holds_and_sigma_over_10_fails(variant):
     spec = make_spec(variant, iterations=WC_I)
     pts = d2d_replay(lambda nz: DescentToDelete(spec, nz), X, y, WC_N, [("delete", 1)], check_optimum=True)
     p = pts[0]
-    assert p.mechanism == "gaussian" and p.round == 1
+    assert p.mechanism == "discrete_gaussian" and p.round == 1
     assert p.distance <= p.certified and p.published_distance <= p.certified
     assert p.realized_epsilon <= spec.epsilon
     assert p.to_optimum <= p.radius  # eq. 3
@@ -429,7 +429,10 @@ def test_forget_errors_and_certificates():
     assert [c.deletion_index for c in certs] == [1, 2] and [c.details["round"] for c in certs] == [1.0, 2.0]
     assert [c.details["n_after"] for c in certs] == [29.0, 28.0]  # sequential rounds, one record each
     for c in certs:
-        assert c.mechanism == "gaussian" and c.sigma == eng.sigma and c.sensitivity == eng.sensitivity
+        assert c.mechanism == "discrete_gaussian" and c.details["shift"] == eng.sensitivity
+        # lattice sensitivity Delta' = Delta + g sqrt(d), sigma' = sigma Delta'/Delta (release.py)
+        assert c.sensitivity == eng.sensitivity + c.details["grid"] * math.sqrt(eng.d)
+        assert c.sigma == pytest.approx(eng.sigma * c.sensitivity / eng.sensitivity, rel=1e-8)
         assert c.rho == pytest.approx(c.sensitivity**2 / (2 * c.sigma**2))
         assert dm.gaussian_epsilon(c.sensitivity, c.sigma, spec.delta) == pytest.approx(spec.epsilon)
     assert eng.grad_evals == 30 * eng.T + 29 * 2 + 28 * 2  # n_i * I gradients per update
@@ -453,7 +456,7 @@ def test_learn_adds_are_update_rounds_and_cheaper_retrain_is_exact():
     for s in steps[:8]:
         mechs += [c.mechanism for c in w.forget([s], ArrayRetained(steps, X[np.array(steps) - 1], y[np.array(steps) - 1]))]
         steps.remove(s)
-    assert mechs[0] == "gaussian" and "exact" in mechs  # the update after the switch point is an exact refit
+    assert mechs[0] == "discrete_gaussian" and "exact" in mechs  # the update after the switch point is an exact refit
     assert w.round < 8  # a refit started a new epoch
     # a large learn batch is cheaper as one refit than as k add rounds; a single example is an add round
     auto = DescentToDelete(make_spec("secret", loss="logistic", x_norm=1.0, y_abs=1.0, radius=3.0, l2=0.2,

@@ -129,16 +129,17 @@ def test_sigma_matches_direct_computation(label, cls, kw, T, requests):
     for req, certs in zip(requests, batches):
         assert [c.learned_step for c in certs] == req
         for c in certs:
-            assert c.mechanism == "gaussian"
+            assert c.mechanism == "discrete_gaussian"
             i += 1
             a, sigma = ref_sigma(e, c.learned_step, c.forgotten_step, i)
-            assert c.sensitivity == pytest.approx(a, rel=REL)
-            assert c.sigma == pytest.approx(sigma, rel=REL)
+            assert c.details["shift"] == pytest.approx(a, rel=REL)
+            assert c.sigma * c.details["shift"] / c.sensitivity == pytest.approx(sigma, rel=1e-8)  # 30-bit sigma
             assert c.rho == pytest.approx(a * a / (2.0 * sigma * sigma), rel=REL)
             assert c.details["series_index"] == float(i)
-            sigmas.append(c.sigma)
+            sigmas.append(c.sigma * c.details["shift"] / c.sensitivity)  # the continuous-mechanism sigma
+            assert c.sensitivity == c.details["shift"] + c.details["grid"] * math.sqrt(e.spec.dim + 1)
     assert e.n_charged == i
-    assert sigmas == pytest.approx(PINNED[label], rel=1e-14, abs=0.0)
+    assert sigmas == pytest.approx(PINNED[label], rel=1e-8, abs=0.0)  # sigma'/g rounded up to 30 bits
 
 
 def test_pinned_cases_cover_every_schedule_and_allocation():
@@ -252,8 +253,8 @@ def test_certificate_construction():
     assert pickle.loads(pickle.dumps(c)) == c and copy.deepcopy(c) == c
 
 
-def _numpy_noise_step(theta, xi, sigma, radius):
-    return project_l2_ball(theta + sigma * xi, radius)
+def _numpy_noise_step(theta, k, grid, radius):
+    return project_l2_ball(grid * (np.rint(theta / grid) + k), radius)
 
 
 @pytest.mark.skipif(not fast.available(), reason="compiled fast path unavailable")
@@ -262,22 +263,24 @@ def test_compiled_noise_step_matches_numpy():
     bound = 0
     for _ in range(3000):
         d = int(rng.integers(1, 130))
-        theta, xi = rng.standard_normal(d) * rng.uniform(0, 3), rng.standard_normal(d)
-        sigma, radius = float(rng.uniform(0, 2)), float(rng.uniform(0.5, 20))
-        got, ref = fast.noise_step(theta, xi, sigma, radius), _numpy_noise_step(theta, xi, sigma, radius)
-        if np.linalg.norm(theta + sigma * xi) <= radius * (1 - 1e-12):
-            assert np.array_equal(got, ref)  # no projection: theta + sigma xi bit for bit (no fused multiply-add)
+        theta = rng.standard_normal(d) * rng.uniform(0, 3)
+        grid = 2.0 ** -int(rng.integers(1, 40))
+        k = rng.integers(-(2**20), 2**20, d) * int(rng.integers(0, 2)) // max(1, int(grid**-0.5))
+        radius = float(rng.uniform(0.5, 20))
+        got, ref = fast.grid_noise_step(theta, k, grid, radius), _numpy_noise_step(theta, k, grid, radius)
+        pre = grid * (np.rint(theta / grid) + k)
+        if np.linalg.norm(pre) <= radius * (1 - 1e-12):
+            assert np.array_equal(got, ref)  # no projection: the lattice point bit for bit
+            assert np.all(got / grid == np.rint(got / grid))  # on the grid
         else:
             bound += 1
             np.testing.assert_allclose(got, ref, rtol=4e-16 * d, atol=0)
             assert np.linalg.norm(got) <= radius * (1 + 1e-15)
     assert bound > 100
     # other argument types take the numpy path (no lazy compilation in a forget)
-    theta, xi = rng.standard_normal(10), rng.standard_normal(20)[::2]
-    assert np.array_equal(fast.noise_step(theta, xi, 0.5, 1.0), _numpy_noise_step(theta, xi, 0.5, 1.0))
-    ro = np.frombuffer(xi.copy().tobytes())
-    assert np.array_equal(fast.noise_step(theta, ro, 0.5, 100.0), _numpy_noise_step(theta, ro, 0.5, 100.0))
-    assert fast.noise_step(theta, xi.astype(np.float32), 0.5, 100.0).dtype == np.float64
+    theta, k = rng.standard_normal(10), rng.integers(-5, 5, 20)[::2]
+    assert np.array_equal(fast.grid_noise_step(theta, k, 0.5, 1.0), _numpy_noise_step(theta, k, 0.5, 1.0))
+    assert fast.grid_noise_step(theta, k.astype(np.int32), 2.0**-10, 100.0).dtype == np.float64
 
 
 def test_noise_step_without_compiled_path():
@@ -285,7 +288,9 @@ def test_noise_step_without_compiled_path():
     previous = fast.set_enabled(False)
     try:
         for radius in (0.5, 50.0):
-            theta, xi = rng.standard_normal(9), rng.standard_normal(9)
-            assert np.array_equal(fast.noise_step(theta, xi, 0.7, radius), _numpy_noise_step(theta, xi, 0.7, radius))
+            theta, k = rng.standard_normal(9), rng.integers(-1000, 1000, 9)
+            assert np.array_equal(fast.grid_noise_step(theta, k, 2.0**-8, radius),
+                                  _numpy_noise_step(theta, k, 2.0**-8, radius))
+        assert np.array_equal(fast.grid_noise_step(theta, k, 2.0**-8, None), 2.0**-8 * (np.rint(theta * 2**8) + k))
     finally:
         fast.set_enabled(previous)

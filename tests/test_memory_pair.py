@@ -18,6 +18,9 @@ class ZeroNoise:
     def standard_normal(self, size: int) -> np.ndarray:
         return np.zeros(size)
 
+    def discrete_gaussian(self, sigma: float, size: int) -> np.ndarray:
+        return np.zeros(size, dtype=np.int64)
+
 
 def make_spec(dim=4, loss="logistic", l2=0.05, R=5.0, rho=1.0, **hp) -> ModelSpec:
     return ModelSpec("memory_pair", loss, dim, 1.0, 1.0, R, l2, 1.0, 1e-5, rho, hp)
@@ -181,7 +184,8 @@ def test_sigma_is_public_and_step_clipped():
         certs.append(c)
     assert certs[0].sigma == certs[1].sigma
     e = MemoryPair(make_spec(capacity=8, rho=0.5))
-    assert certs[0].sensitivity == pytest.approx(e.L / e.lam / 59)
+    assert certs[0].details["shift"] == pytest.approx(e.L / e.lam / 59)
+    assert certs[0].sensitivity == certs[0].details["shift"] + certs[0].details["grid"] * math.sqrt(e.p)
     assert certs[0].sigma == pytest.approx(certs[0].sensitivity / math.sqrt(2 * 0.5 / 8))
     assert certs[0].rho == pytest.approx(certs[0].sensitivity**2 / (2 * certs[0].sigma**2))
 
@@ -196,7 +200,8 @@ def test_removal_step_never_exceeds_public_bound():
     (c,) = e.forget([7], ArrayRetained(steps, X, y))
     moved = np.linalg.norm(e.theta - before)
     assert moved <= c.sensitivity * (1 + 1e-12)
-    assert moved == pytest.approx(c.sensitivity)  # the clip was active
+    # the clip was active: the step is Delta, up to the grid rounding (release.py)
+    assert moved == pytest.approx(c.details["shift"], abs=c.details["grid"] * math.sqrt(e.p))
 
 
 # ---- odometer --------------------------------------------------------------------------------------------

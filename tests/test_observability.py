@@ -43,8 +43,8 @@ def test_metrics_count_domain_events_without_identifiers(server, tenant):
     assert after.headers["content-type"].startswith("text/plain")
     text = after.text
     assert _metric(text, "olu_examples_learned_total") - _metric(before, "olu_examples_learned_total") == 7
-    assert _metric(text, "olu_deletions_total", mechanism="gaussian") - \
-        _metric(before, "olu_deletions_total", mechanism="gaussian") == 2
+    assert _metric(text, "olu_deletions_total", mechanism="discrete_gaussian") - \
+        _metric(before, "olu_deletions_total", mechanism="discrete_gaussian") == 2
     assert _metric(text, "olu_refusals_total", type="record-not-found") >= 1
     assert _metric(text, "olu_rho_spent_total") > _metric(before, "olu_rho_spent_total")
     assert _metric(text, "olu_http_requests_total", method="POST", route="/v1/models/{model_id}/learn",

@@ -63,8 +63,9 @@ def running_mean_case():
 def test_P2_printed_constant_gamma_under_noises_running_mean():
     s, X, y, dels = running_mean_case()
     printed = coupled_replay(factory(s, RunningMeanPrinted), X, y, dels)
-    assert printed[0].sigma_acc == 0.0 and printed[0].distance > 0  # zero noise, yet the record still shows
-    assert math.isinf(printed[0].ratio)
+    # zero noise (only the round-off floor's, ~1e-13), yet the record still shows
+    assert printed[0].sigma_acc < 1e-9 and printed[0].distance > 0
+    assert printed[0].ratio > 1e6
     corrected = max_ratio(coupled_replay(factory(s, RunningMean), X, y, dels))
     assert 0.85 <= corrected <= 1.0 + TOL, corrected  # gamma_t = 1 - 1/t is exact here: nearly tight
 

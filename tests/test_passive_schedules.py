@@ -102,8 +102,8 @@ def test_default_capped_noise_formula_unchanged():
     (c,) = e.forget([u])
     tau = len(y)
     a = e.L / (e.mu * tau)  # from t0 on: Delta_u Gamma = L/(mu u) * u/tau
-    assert c.sensitivity == pytest.approx(a, rel=1e-12)
-    assert c.sigma == pytest.approx(math.sqrt(1.2 * 1 / (2 * 0.2 * 1.0)) * a, rel=1e-12)
+    assert c.details["shift"] == pytest.approx(a, rel=1e-12)
+    assert c.sigma * c.details["shift"] / c.sensitivity == pytest.approx(math.sqrt(1.2 * 1 / (2 * 0.2 * 1.0)) * a, rel=1e-8)
     assert set(e.state()) == {"theta", "t", "n_deletions", "rho_spent"}
 
 
@@ -131,7 +131,7 @@ def test_strongly_convex_not_deletable_is_atomic():
     assert isinstance(info.value, ForgetError)
     after = e.state()
     assert np.array_equal(before["theta"], after["theta"]) and after["n_deletions"] == 0
-    assert e.forget([early + 1])[0].mechanism == "gaussian"
+    assert e.forget([early + 1])[0].mechanism == "discrete_gaussian"
 
 
 def test_adaptive_uncapped_rule():
@@ -155,7 +155,7 @@ def test_adaptive_uncapped_rule():
     (c,) = e.forget([1])  # every record is deletable, decided from declared numbers
     # gamma = 1: a = eta_u L, published as its bound from declared numbers (eta_u depends on the data)
     assert etas[0] * e.L <= c.sensitivity * (1 + 1e-12)
-    assert c.sensitivity == pytest.approx(min(4.0 / math.sqrt(s.hyperparameters["p0"]), 2.0 / e.beta) * e.L)
+    assert c.details["shift"] == pytest.approx(min(4.0 / math.sqrt(s.hyperparameters["p0"]), 2.0 / e.beta) * e.L)
     assert c.details["omega"] == 1.5
     capped = PassiveOLU(spec("adaptive", l2=0.0, p0=1.0, radius=2.0), SeededNoise(2))
     capped.learn(X, y)
@@ -168,7 +168,7 @@ def test_convex_constant_gamma_one():
     X, y, u = probe_stream(10, 300)
     e.learn(X, y)
     (c,) = e.forget([1])
-    assert c.details["Gamma"] == 1.0 and c.sensitivity == pytest.approx(0.5 * e.L)
+    assert c.details["Gamma"] == 1.0 and c.details["shift"] == pytest.approx(0.5 * e.L)
 
 
 # ---- allocation ---------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def test_uniform_allocation_capacity():
     assert (e.ledger()["capacity_total"], e.ledger()["capacity_left"]) == (3, 3)
     certs = e.forget([140, 141])
     for c in certs:
-        assert c.sigma == pytest.approx(math.sqrt(3 / (2 * 0.6)) * c.sensitivity)
+        assert c.sigma * c.details["shift"] / c.sensitivity == pytest.approx(math.sqrt(3 / (2 * 0.6)) * c.details["shift"])
         assert c.rho == pytest.approx(0.6 / 3)
     assert e.ledger()["capacity_left"] == 1 and e.status == "ready"
     with pytest.raises(CapacityExhausted):

@@ -337,3 +337,25 @@ def test_garbage_anywhere_never_raises_and_never_verifies(data, junk):
         assert not report.ok, (path, junk)  # any change inside a receipt or its proof is refused
     if keys is TRUSTED and len(path) >= 2 and path[0] == "consistency":
         assert not report.ok, (path, junk)
+
+
+def test_discrete_mechanism_field_is_checked():
+    """Issue 14: receipts of the discrete Gaussian name their grid; the verifier checks it and the stated rho."""
+    from app.receipts.verify import VerificationReport, verify_receipt
+
+    good = {"type": "discrete_gaussian", "sigma": 2.0, "sensitivity": 0.5, "rho": 0.5**2 / (2 * 2.0**2),
+            "grid": 2.0**-20, "rounding": "nearest_even"}
+    cases = [(good, True), ({**good, "grid": 0.3}, False), ({**good, "grid": 0.0}, False),
+             ({**good, "rho": 0.5}, True), ({**good, "rho": good["rho"] * 0.99}, False),
+             ({**good, "rounding": "floor"}, False),
+             ({k: v for k, v in good.items() if k != "grid"}, False)]
+    for mech, ok in cases:
+        report = VerificationReport()
+        verify_receipt(RING.sign_receipt({**_receipt(5), "mechanism": mech}), TRUSTED, report)
+        checks = {c.check: c.ok for c in report.checks}
+        assert checks["receipt.mechanism"] is ok, mech
+        assert checks["receipt.signature"]
+    # legacy continuous receipts carry no grid and are not subject to the check
+    report = VerificationReport()
+    verify_receipt(RECEIPTS[5], TRUSTED, report)
+    assert "receipt.mechanism" not in {c.check for c in report.checks}

@@ -83,7 +83,7 @@ def test_restart_is_exact_and_opens_an_epoch():
     assert steps[0] == 21 and steps[-1] == len(y)
     u_probe, old = dels[len(y)]
     c1, c2 = e.forget([u_probe, old])
-    assert c1.mechanism == "gaussian" and c1.deletion_index == 2 and c1.details["series_index"] == 1.0
+    assert c1.mechanism == "discrete_gaussian" and c1.deletion_index == 2 and c1.details["series_index"] == 1.0
     d_u, gamma, a = e.shift_bound(u_probe, len(y))
     assert a == pytest.approx(e.L / (e.mu * (len(y) - 20)))  # epoch-local: L/(mu tau_local)
     assert (c2.mechanism, c2.details["restart"], c2.rho) == ("exact", 0.0, 0.0)
@@ -109,7 +109,7 @@ def test_uniform_capacity_exhaustion_restarts():
     X, y, _ = probe_stream(100, 20)
     e.learn(X, y)
     c = e.forget([110, 111, 112])
-    assert [x.mechanism for x in c] == ["gaussian", "gaussian", "exact"]
+    assert [x.mechanism for x in c] == ["discrete_gaussian", "discrete_gaussian", "exact"]
     assert c[2].details["restart"] == 1.0
     assert e.ledger()["capacity_left"] == 2 and e.status == "ready"
 

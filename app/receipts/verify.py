@@ -25,6 +25,8 @@ What is checked, per receipt ``i`` (check names ``receipt[i].<check>``):
 
 * ``canonical``: the receipt has an RFC 8785 canonical form, and re-serialising the parsed canonical form
   gives the same bytes (so every verifier derives the same signed bytes and leaf from this receipt).
+* ``mechanism`` (receipts of the ``discrete_gaussian`` mechanism only): the grid is a positive power of two, the
+  rounding is named (``nearest_even``) and rho >= sensitivity^2 / (2 sigma^2) (app/unlearning/release.py).
 * ``key``: ``key_id`` is a trusted key and, if the receipt has ``issued_at``, the key was valid then.
 * ``signature``: Ed25519 over the canonical JSON without ``signature`` and ``proof``.
 * ``checkpoint``: the checkpoint is signed by a trusted key valid at its timestamp and has the expected origin
@@ -49,6 +51,7 @@ list of its entries); exit status 0 iff every check passed.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -127,6 +130,24 @@ def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _discrete_mechanism_problem(mech: Mapping[str, Any]) -> str | None:
+    """What is wrong with a discrete_gaussian mechanism field (app/unlearning/release.py), or None: the grid is a
+    positive power of two, the rounding is named, and the stated rho covers sensitivity^2 / (2 sigma^2) (CKS20 Thm 14)."""
+    grid, sigma, sens, rho = (mech.get(k) for k in ("grid", "sigma", "sensitivity", "rho"))
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for v in (grid, sigma, sens, rho)):
+        return "grid, sigma, sensitivity and rho must be finite numbers"
+    if not (grid > 0 and math.frexp(grid)[0] == 0.5):
+        return f"grid {grid!r} is not a positive power of two"
+    if mech.get("rounding") != "nearest_even":
+        return f"unknown rounding {mech.get('rounding')!r}"
+    # the charge must cover the mechanism: rho >= sensitivity^2 / (2 sigma^2) (sigma is rounded up for the sampler,
+    # so the stated rho may exceed it by a few parts in 10^9)
+    if not (sigma > 0 and sens >= 0 and rho >= sens * sens / (2.0 * sigma * sigma) * (1.0 - 1e-12)):
+        return "rho is below sensitivity^2 / (2 sigma^2)"
+    return None
+
+
 def verify_receipt(receipt: Any, trusted_public_keys: Sequence[Mapping[str, Any] | PublicKeyEntry],
                    report: VerificationReport, name: str = "receipt",
                    expected_origin: str | None = None) -> None:
@@ -151,6 +172,10 @@ def verify_receipt(receipt: Any, trusted_public_keys: Sequence[Mapping[str, Any]
         problems = erasure_problems(receipt)
         report.add(f"{name}.erasure", not problems, "; ".join(problems) or
                    f"exact erasure of {receipt['records']['erased']} records of model {receipt.get('model_id')}")
+    mech = receipt.get("mechanism")
+    if isinstance(mech, Mapping) and mech.get("type") == "discrete_gaussian":
+        problem = _discrete_mechanism_problem(mech)
+        report.add(f"{name}.mechanism", problem is None, problem or f"discrete_gaussian on grid {mech['grid']!r}")
 
     # key and signature
     key_id, sig, issued = receipt.get("key_id"), receipt.get("signature"), receipt.get("issued_at")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_serializer
 
 # SQLite returns naive datetimes even for DateTime(timezone=True) columns: every stored time is UTC, say so
 # (an RFC 3339 date-time needs the offset)
@@ -191,10 +191,26 @@ class UnlearnRequest(Strict):
 
 
 class Mechanism(BaseModel):
-    type: str = Field(description="gaussian (noise into the state) or exact (restart / retrain).")
+    type: str = Field(description="discrete_gaussian (discrete Gaussian noise on a grid, into the state) or exact "
+                                  "(restart / retrain); receipts issued before the discrete mechanism say gaussian.")
     sigma: float
     sensitivity: float
     rho: float
+    grid: float | None = Field(None, description="discrete_gaussian: the declared grid resolution g (a power of "
+                                                 "two); the noised parameters are g times integers before any "
+                                                 "projection onto the domain.")
+    rounding: str | None = Field(None, description="discrete_gaussian: how the secret state was rounded onto the "
+                                                   "grid (nearest_even: to nearest, ties to even).")
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler):
+        # a receipt is returned exactly as signed: grid/rounding appear only where the signed body has them
+        # (exact mechanisms and receipts issued before the discrete mechanism have neither)
+        out = handler(self)
+        for key in ("grid", "rounding"):
+            if out.get(key) is None:
+                out.pop(key, None)
+        return out
 
 
 class ReceiptGuarantee(BaseModel):

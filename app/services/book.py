@@ -1,6 +1,6 @@
 """The service's own privacy ledger of a model, kept with ``app.privacy`` and checked against the engine.
 
-For families whose guarantee is an additive zCDP budget (``Unlearner.accounting_params()``), every Gaussian
+For families whose guarantee is an additive zCDP budget (``Unlearner.accounting_params()``), every discrete-Gaussian
 certificate is spent against the ledger policy before the write commits: a certificate claiming more rho
 than the policy allows (an engine that under-noises) fails the request and changes nothing.  Exact
 certificates cost nothing; a restart or an exact retrain opens a new ledger epoch.
@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from ..errors import Problem
 from ..privacy.ledger import BudgetExhausted, ChargeMismatch, LedgerState, accounting_from_params
 from ..unlearning import Certificate, Unlearner
+from ..unlearning.release import MECHANISM
 
 log = logging.getLogger("olu.ledger")
 Book = dict[str, Any]  # {"params": accounting params, "state": LedgerState.as_dict()}
@@ -31,7 +32,7 @@ def record(book: Book | None, certs: Sequence[Certificate]) -> Book | None:
     for cert in certs:
         if cert.details.get("restart"):
             state = state.new_epoch()
-        elif cert.mechanism == "gaussian":
+        elif cert.mechanism == MECHANISM:  # "discrete_gaussian": a noised release is charged
             try:
                 state, _ = policy.spend(state, certified_rho=cert.rho)
             except (ChargeMismatch, BudgetExhausted) as e:

@@ -17,12 +17,25 @@ from ..receipts.canonical import parameters_sha256, signed_receipt_bytes
 from ..receipts.checkpoint import make_checkpoint, receipt_proof, tenant_origin
 from ..receipts.merkle import MerkleLog
 from ..unlearning import Certificate, Unlearner
+from ..unlearning.release import MECHANISM, ROUNDING
 from .ledger import CONVERSION, epsilon_spent
 
 
 def guarantee_of(engine: Unlearner) -> dict[str, str]:
     """The guarantee as the engine instance states it (wording may depend on hyperparameters)."""
     return {"definition": engine.guarantee_definition, "statement": engine.guarantee_words}
+
+
+def mechanism_fields(cert: Certificate) -> dict[str, Any]:
+    """The receipt's ``mechanism``: type ("discrete_gaussian" or "exact"), sigma, sensitivity and rho, and for the
+    discrete Gaussian the declared grid resolution g (published = g * integer before any projection) and the
+    rounding of the secret state onto it (app/unlearning/release.py)."""
+    out: dict[str, Any] = {"type": cert.mechanism, "sigma": cert.sigma, "sensitivity": cert.sensitivity,
+                           "rho": cert.rho}
+    if cert.mechanism == MECHANISM:
+        out["grid"] = float(cert.details.get("grid", 0.0))
+        out["rounding"] = ROUNDING
+    return out
 
 
 def is_restart(cert: Certificate) -> bool:
@@ -83,8 +96,7 @@ class ReceiptIssuer:
                 "record_commitment": rec.commitment, "learned_step": cert.learned_step,
                 "forgotten_step": cert.forgotten_step, "deletion_index": cert.deletion_index, "epoch": epoch,
                 "algorithm": row.algorithm,
-                "mechanism": {"type": cert.mechanism, "sigma": cert.sigma, "sensitivity": cert.sensitivity,
-                              "rho": cert.rho},
+                "mechanism": mechanism_fields(cert),
                 "guarantee": {"definition": guarantee["definition"], "alpha": None, "epsilon": eps, "delta": delta,
                               "conversion": ledger.get("conversion", CONVERSION), "statement": guarantee["statement"]},
                 "ledger_after": {"rho_spent": rho_cum, "epsilon": eps, "delta": delta, "capacity_left": cap},

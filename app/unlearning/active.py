@@ -18,6 +18,10 @@ a_i = gamma^{I_i} * Gamma_OGD(u, tau) * eta_u * L (pitfall P12; I_i the number o
 sigma_i = sqrt(omega i^omega / (2 (omega - 1) rho)) * a_i, so the per-deletion Renyi charge is
 rho (omega - 1)/(omega i^omega) and the cumulative charge never exceeds rho: (alpha, alpha*rho)-OLU.
 
+Discrete noise and round-off (issue 14; app/unlearning/release.py): the noise is the discrete Gaussian on a grid
+g (a_i' = a_i + g sqrt(d + 1), sigma_i' = sigma_i a_i'/a_i, rho_i unchanged), and a_i is at least the float64
+round-off the OGD, GD and noise steps since u can add to the gap of two coupled runs (``roundoff_floor``).
+
 Block restriction.  Both proofs need tau_{i-1} < u_i <= tau_i (the forgotten example arrived after the previous
 deletion event; hence at most one deletion per block; with the step convention of digest §2.0, the example
 consumed at step tau_{i-1} belongs to the previous block).  A deletion that violates it is certified by the
@@ -41,7 +45,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
-from . import fast
+from . import fast, release
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
 from .certificate import Certificate
 from .domain import project_l2_ball
@@ -324,22 +328,39 @@ class ActiveOLU(OGDIterate, Unlearner):
                 delta_u, G, a, diam = self.fallback_shift(u, tau, n_phases_before)
                 self.n_fallbacks += 1
                 details.update(fallback=1.0, diameter_bound=1.0 if diam else 0.0, gd_steps=0.0)
+            floor = self.roundoff_floor(u, tau, int(details["gd_steps"]), int(details.get("gd_set_size", 0.0)))
+            shift = a
+            a = max(a, floor)  # issue 14 case 2: never certify less than the round-off can produce
             sigma = self.noise_multiplier(i) * a
             rho_i = self.charge(i)
+            grid, sens_used = 0.0, a
             if sigma > 0.0:
-                self.theta = self.apply_noise(sigma)
+                self.theta, grid, sigma, sens_used = release.discrete_release(
+                    self.theta, a, sigma, self.noise, scale=self.spec.domain_radius, radius=self.spec.domain_radius)
             self.n_deletions = i
             self.rho_spent += rho_i
             self.last_tau = tau
-            details.update(Delta_u=delta_u, Gamma=G)
-            certs.append(Certificate(learned_step=u, forgotten_step=tau, deletion_index=i, mechanism="gaussian",
-                                     sigma=sigma, sensitivity=a, rho=rho_i, details=details))
+            details.update(Delta_u=delta_u, Gamma=G, grid=grid, shift=shift, roundoff_floor=floor)
+            certs.append(Certificate(learned_step=u, forgotten_step=tau, deletion_index=i, mechanism=release.MECHANISM,
+                                     sigma=sigma, sensitivity=sens_used, rho=rho_i, details=details))
         return certs
 
-    def apply_noise(self, sigma: float) -> np.ndarray:
-        """theta <- Pi_K(theta + N(0, sigma^2 I)): noise into the state, then projection (P4, P5)."""
-        theta = self.theta
-        return fast.noise_step(theta, self.noise.standard_normal(theta.shape[0]), sigma, self.spec.domain_radius)
+    def roundoff_floor(self, u: int, tau: int, gd_steps: int, gd_set: int) -> float:
+        """Float64 round-off two coupled runs can add to their gap from step u to the release at tau (release.py):
+        every OGD step and noise step since u errs by at most e = C (d + 3) u_64 (R + eta_gd L) (eta_t <= eta_gd
+        on the capped schedule), every GD step on a set of n_j examples by C (d + 3 + n_j) u_64 (R + eta_gd L) (the
+        average's summation), each contracted by gamma_gd over its phase; summed without contraction otherwise."""
+        n, R, step = self.spec.dim + 1, self.spec.domain_radius, self.eta_gd * self.L
+        e = release.step_roundoff(n, R, step)
+        floor = release.roundoff_floor(e, tau - u + 1 + self.n_deletions, 1.0)
+        for tau_j, I_j, n_j in zip(self.phase_tau, self.phase_steps, self.phase_size):
+            if tau_j >= u:
+                floor += release.roundoff_floor(release.step_roundoff(n + n_j, R, step), I_j, self.gamma_gd)
+        return floor + release.roundoff_floor(release.step_roundoff(n + gd_set, R, step), gd_steps, self.gamma_gd)
+
+    def apply_noise(self, sigma: float, grid: float) -> np.ndarray:
+        """Pi_K(g (round(theta/g) + k)), k ~ N_Z(0, (sigma/g)^2): a certificate's release (P4, P5)."""
+        return release.add_discrete_noise(self.theta, grid, sigma, self.noise, self.spec.domain_radius)
 
     def replay_event(self, cert: Certificate, retained: RetainedData) -> None:
         """The reference run's copy of a deletion event (coupled replay): the same mechanism on the masked data.
@@ -353,7 +374,7 @@ class ActiveOLU(OGDIterate, Unlearner):
             if I > 0:
                 self.run_phase(retained, int(d["block_start"]), cert.forgotten_step, (), I)
         if cert.sigma > 0.0:
-            self.theta = self.apply_noise(cert.sigma)
+            self.theta = self.apply_noise(cert.sigma, d["grid"])
         self.last_tau = cert.forgotten_step
 
     def retrain(self, retained: RetainedData) -> None:

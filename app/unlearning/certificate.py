@@ -12,9 +12,9 @@ class Certificate:
     learned_step: int          # u: the step that consumed the example
     forgotten_step: int        # tau: the step after which the forget was applied
     deletion_index: int        # i: global, 1-based deletion counter of the model (000 §2.3, pitfall P8)
-    mechanism: str             # "gaussian" (noise into the state) or "exact" (restart / retrain)
-    sigma: float               # per-coordinate noise standard deviation (0 for exact)
-    sensitivity: float         # a_i: certified bound on the shift the example can still cause
+    mechanism: str             # "discrete_gaussian" (lattice noise into the state, release.py) or "exact"
+    sigma: float               # per-coordinate scale sigma' of the noise drawn (0 for exact); details["grid"] = g
+    sensitivity: float         # a_i' = a_i + g sqrt(d+1): bound on the released lattice points' distance
     rho: float                 # Renyi charge per order: D_alpha <= alpha * rho  (a^2 / (2 sigma^2))
     details: Mapping[str, float] = field(default_factory=dict)  # public intermediates (Delta_u, Gamma, ...)
 

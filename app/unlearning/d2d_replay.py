@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import d2d_math as dm
+from . import fast, release
 from .base import ArrayRetained
 from .descent_to_delete import DatasetView, DescentToDelete
 from .domain import project_l2_ball
@@ -95,7 +96,7 @@ def d2d_replay(
     steps = eng.learn(X[:n_initial], y[:n_initial], None)
     store_s, store_X, store_y = list(steps), [*X[:n_initial]], list(y[:n_initial])
     points = []
-    for k, ev in enumerate(events, start=1):
+    for idx, ev in enumerate(events, start=1):
         retained = ArrayRetained(store_s, np.asarray(store_X).reshape(len(store_s), -1), store_y)
         if ev[0] == "delete":
             certs = eng.forget([ev[1]], retained)
@@ -105,22 +106,25 @@ def d2d_replay(
         else:
             x_new, y_new = np.asarray(ev[1], float).reshape(1, -1), float(ev[2])
             new = eng.learn(x_new, [y_new], retained)
-            mech = "gaussian" if eng.round > 0 else "exact"
+            mech = release.MECHANISM if eng.round > 0 else "exact"
             store_s.append(int(new[0])), store_X.append(x_new[0]), store_y.append(y_new)
         view = DatasetView(ArrayRetained(store_s, np.asarray(store_X).reshape(len(store_s), -1), store_y))
-        z = noise.last
+        k, grid = noise.last, eng.last_release.get("grid", 0.0)  # the same lattice draw for the reference
+
+        def publish_ref(theta: np.ndarray) -> np.ndarray:
+            return fast.grid_noise_step(theta, k, grid, eng.R) if grid > 0 else project_l2_ball(theta, eng.R)
         saved = eng.grad_evals
         if eng.variant == "distributed":
             refs = eng.reference_partitions(view)
             means = eng.part_theta.mean(axis=1)
             dist = float(np.max(np.linalg.norm(means - refs, axis=1)))
-            ref_pub = project_l2_ball(refs[eng.selected] + eng.sigma * z, eng.R)
+            ref_pub = publish_ref(refs[eng.selected])
             radius = to_opt = ref_opt = math.nan
         else:
             ref = eng.train_from_scratch(view)
             mean = eng._last_mean
             dist = float(np.linalg.norm(mean - ref))
-            ref_pub = project_l2_ball(ref + eng.sigma * z, eng.R)
+            ref_pub = publish_ref(ref)
             radius = to_opt = ref_opt = math.nan
             if check_optimum and eng.round > 0:
                 opt = optimum(eng, view, mean)
@@ -130,7 +134,7 @@ def d2d_replay(
         eng.grad_evals = saved
         pub_dist = float(np.linalg.norm(eng.published() - ref_pub))
         points.append(D2DReplayPoint(
-            k, ev[0], eng.round, mech, dist, pub_dist, eng.sensitivity, eng.sigma,
+            idx, ev[0], eng.round, mech, dist, pub_dist, eng.sensitivity, eng.sigma,
             dm.gaussian_epsilon(dist, eng.sigma, eng.mechanism_delta), eng.spec.epsilon, radius, to_opt, ref_opt,
         ))
     return points

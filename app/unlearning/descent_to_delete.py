@@ -17,6 +17,10 @@ result plus fresh Gaussian noise (Algorithm 3).  The published draw is cached un
   paper's, not covered by its formal proof; ``selection="single"`` keeps one copy and avoids it, at the price of
   the accuracy guarantee holding only in expectation).
 
+Publication (issue 14; app/unlearning/release.py): the mean is rounded to a grid g and released with discrete
+Gaussian noise (Delta' = Delta + g sqrt(d), sigma' = sigma Delta'/Delta); Delta is at least the float64 round-off
+floor 2 e/(1 - gamma) of the projected GD steps (``roundoff_floor``).
+
 Deviations (documented): the published point is projected onto Theta (E5, post-processing); the Lipschitz
 constant of g uses sup ||theta|| = R of the centred ball (L + mR, tighter than the paper's L + mD and valid);
 several updates in one request are processed sequentially, one round each (pitfall 12).
@@ -31,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from . import d2d_math as dm
+from . import release
 from .base import (
     CapacityExhausted,
     ForgetError,
@@ -171,6 +176,7 @@ class DescentToDelete(Unlearner):
         self.slots = np.zeros((0, 0), np.int64)
         self.slot_partition = np.zeros(0, np.int64)
         self._last_mean = np.zeros(self.d)  # the pre-noise mean of the last publication (tests only, never state)
+        self.last_release: dict[str, float] = {}  # grid, sigma, sensitivity of the last release (public; certificates)
         self._configure()
 
     # ---- hyperparameters -----------------------------------------------------------------------------
@@ -407,11 +413,32 @@ class DescentToDelete(Unlearner):
             return self.sampler
         return np.random.Generator(np.random.PCG64(secrets.randbits(128)))
 
+    def roundoff_floor(self) -> float:
+        """Float64 round-off two coupled runs can add to ||mean - reference mean|| (release.py): every projected GD
+        step on a set of at most n_epoch examples errs by at most e = C (d + 2 + n) u_64 (R + eta L) (the average's
+        summation included), and the steps contract by gamma (strongly convex objective), so both runs together add
+        at most 2 e / (1 - gamma), whatever the number of steps and rounds."""
+        if self.n_epoch == 0 or not self.c.gamma < 1.0:
+            return 0.0
+        e = release.step_roundoff(self.d + self.n_epoch, self.R, self.c.eta * self.c.L)
+        return release.roundoff_floor(e, 2**62, self.c.gamma)
+
     def _publish(self, mean: np.ndarray) -> None:
-        """f_publish (Alg. 3 / 7): one fresh draw per update, cached; projected onto Theta (E5)."""
-        z = self.noise.standard_normal(self.d)
+        """f_publish (Alg. 3 / 7): one fresh draw per update, cached; projected onto Theta (E5).
+
+        Released through the discrete Gaussian (release.py): Delta = max(sensitivity, round-off floor), sigma
+        scaled with it (sigma/Delta as calibrated), grid g, Delta' = Delta + g sqrt(d), sigma' = sigma Delta'/Delta.
+        The (epsilon, delta) calibration of sigma/Delta carries over through CKS20 (zCDP Delta^2/(2 sigma^2),
+        Thm 14; the discrete Gaussian's (epsilon, delta) profile matches the continuous one's up to CKS20's
+        negligible correction at sigma'/g >= 2^10)."""
         self._last_mean = mean.copy()
-        self.published_ = project_l2_ball(mean + self.sigma * z, self.R)
+        floor = self.roundoff_floor()
+        sens, sigma = self.sensitivity, self.sigma
+        if sigma > 0.0 and floor > sens:
+            sigma, sens = sigma * (floor / sens) if sens > 0.0 else sigma, floor
+        self.published_, grid, sigma_used, sens_used = release.discrete_release(
+            mean, sens, sigma, self.noise, scale=self.R, radius=self.R)
+        self.last_release = {"grid": grid, "sigma": sigma_used, "sensitivity": sens_used, "roundoff_floor": floor}
 
     # ---- gradient descent ---------------------------------------------------------------------------------
     def _grad(self, theta: np.ndarray, view: DatasetView) -> np.ndarray:
@@ -534,14 +561,14 @@ class DescentToDelete(Unlearner):
         self.n_current = view.n
         if self.variant == "distributed":
             self._distributed_update(view, kind, step, i)
-            return "gaussian", 0
+            return release.MECHANISM, 0
         iters = self.update_iterations(i)
         start = self.published_ if self.variant == "perfect" else self.theta  # Thm 3.2 vs 3.1 (pitfalls 4, 5)
         theta = self._gd(start.copy(), iters, view)
         if self.variant != "perfect":
             self.theta = theta
         self._publish(theta)
-        return "gaussian", iters
+        return release.MECHANISM, iters
 
     def _adds_cost_more(self, k: int, held: int, n_total: int) -> bool:
         """Whether k sequential add rounds would cost at least one full training on all n_total examples."""
@@ -597,16 +624,18 @@ class DescentToDelete(Unlearner):
             mechanism, iters = self._update(view, "delete", u)
             self.n_deletions += 1
             exact = mechanism == "exact"
+            rel = self.last_release
             certs.append(Certificate(
                 learned_step=u, forgotten_step=self.t, deletion_index=self.n_deletions, mechanism=mechanism,
-                sigma=self.sigma, sensitivity=0.0 if exact else self.sensitivity,
+                sigma=rel.get("sigma", self.sigma), sensitivity=0.0 if exact else rel.get("sensitivity", self.sensitivity),
                 rho=0.0 if exact else self.rho_update,
                 details={
                     "epsilon": 0.0 if exact else self.spec.epsilon, "delta": 0.0 if exact else self.spec.delta,
                     "mechanism_delta": self.mechanism_delta, "round": float(self.round),
                     "epoch": float(self.epoch), "n_epoch": float(self.n_epoch), "n_after": float(view.n),
                     "iterations": float(iters), "gamma": self.c.gamma, "m": self.c.m, "L": self.c.L,
-                    "M": self.c.M, "variant_" + self.variant: 1.0,
+                    "M": self.c.M, "variant_" + self.variant: 1.0, "grid": rel.get("grid", 0.0),
+                    "shift": self.sensitivity, "roundoff_floor": rel.get("roundoff_floor", 0.0),
                 },
             ))
         return certs

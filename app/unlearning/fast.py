@@ -83,21 +83,22 @@ def _py_ogd_steps(theta, X, y, clock0, cap, t_switch, mu_sched, loss_code, mu, h
     return eta
 
 
-def _py_noise_step(theta, xi, sigma, radius, out):
-    """out <- Pi_K(theta + sigma xi), K the L2 ball of radius R: the deletion's noise step (passive.apply_noise, P4/P5).
+def _py_noise_step(theta, k, grid, radius, out):
+    """out <- Pi_K(g (round(theta / g) + k)), K the L2 ball of radius R: the discrete release (release.py, P4/P5).
 
-    The same operations as ``domain.project_l2_ball(theta + sigma * xi, R)`` in one compiled call
-    (~0.5 us instead of ~2 us of numpy dispatch on a (d + 1)-vector; writing into a given array avoids boxing a
-    new one).  theta + sigma xi is bit-identical; the norm is summed in index order where numpy's dot may use
-    another order, so when the projection binds theta can differ from the numpy path in the last bit
-    (tests/test_forget_path.py).  sigma, the certificate and the noise are unaffected.
+    g is a power of two, so theta / g, the rounding (to nearest, ties to even: np.rint) and g * integer are exact
+    in float64; k holds the discrete Gaussian integers.  The same operations as
+    ``domain.project_l2_ball(grid * (np.rint(theta / grid) + k), R)`` in one compiled call (~0.5 us instead of a
+    few us of numpy dispatch on a (d + 1)-vector).  The pre-projection lattice point is bit-identical; the norm is
+    summed in index order where numpy's dot may use another order, so when the projection binds the result can
+    differ from the numpy path in the last bit (tests/test_forget_path.py) -- a function of the lattice point only.
     """
     n = theta.shape[0]
-    if xi.shape[0] != n or out.shape[0] != n:
-        raise ValueError("theta, xi and out must have the same length")
+    if k.shape[0] != n or out.shape[0] != n:
+        raise ValueError("theta, k and out must have the same length")
     sq = 0.0
     for j in range(n):
-        w = theta[j] + sigma * xi[j]
+        w = grid * (np.rint(theta[j] / grid) + k[j])
         out[j] = w
         sq += w * w
     norm = math.sqrt(sq)
@@ -108,7 +109,7 @@ def _py_noise_step(theta, xi, sigma, radius, out):
 
 
 _noise_kernel = None
-_NOISE_SIGNATURE = "void(float64[::1], float64[::1], float64, float64, float64[::1])"
+_NOISE_SIGNATURE = "void(float64[::1], int64[::1], float64, float64, float64[::1])"
 
 
 def _compile():
@@ -118,7 +119,7 @@ def _compile():
             kernel = numba.njit(cache=True, nogil=True)(_py_ogd_steps)
             kernel(np.zeros(2), np.zeros((1, 1)), np.zeros(1), 0, 1.0, 2, 1.0, 0, 0.1, 1.0, 1.0)
             # one explicit signature: compiled here, never lazily on a forget; other argument types raise TypeError
-            # and take the numpy path (noise_step)
+            # and take the numpy path (grid_noise_step)
             noise_kernel = numba.njit(_NOISE_SIGNATURE, cache=True, nogil=True)(_py_noise_step)
         except Exception:  # pragma: no cover - e.g. no writable cache directory: compile without caching
             kernel = numba.njit(nogil=True)(_py_ogd_steps)
@@ -190,20 +191,27 @@ def ogd_steps(theta: np.ndarray, X: np.ndarray, y: np.ndarray, clock0: int, sche
                         float(loss.mu), float(loss.huber_delta), float(radius)))
 
 
-def noise_step(theta: np.ndarray, xi: np.ndarray, sigma: float, radius: float) -> np.ndarray:
-    """Pi_K(theta + sigma xi) as a new array: compiled when available, else ``domain.project_l2_ball`` on numpy."""
-    if enabled and numba is not None:
+def grid_noise_step(theta: np.ndarray, k: np.ndarray, grid: float, radius: float | None) -> np.ndarray:
+    """Pi_K(g (round(theta / g) + k)) as a new array (no projection when radius is None): compiled when available,
+    else numpy.  The release step of every noising family (release.add_discrete_noise)."""
+    if radius is not None and enabled and numba is not None:
         kernel = _noise_kernel
         if kernel is None:
             _compile_locked()
             kernel = _noise_kernel
         out = np.empty(theta.shape[0])
         try:
-            kernel(theta, xi, sigma, radius, out)
+            kernel(theta, k, grid, radius, out)
             return out
-        except TypeError:  # not two contiguous float64 vectors and two floats: the general path below
+        except TypeError:  # not contiguous float64 / int64 vectors and two floats: the general path below
             pass
-    return project_l2_ball(theta + sigma * xi, radius)
+    w = grid * (np.rint(np.asarray(theta, dtype=np.float64) / grid) + np.asarray(k, dtype=np.int64))
+    return w if radius is None else project_l2_ball(w, radius)
+
+
+def project(theta: np.ndarray, radius: float) -> np.ndarray:
+    """Pi_K(theta) as a new array."""
+    return project_l2_ball(np.array(theta, dtype=np.float64), radius)
 
 
 def supported(schedule: Schedule, loss) -> bool:

@@ -33,7 +33,9 @@ Deletion (Alg. "Memory Pair Deletion"), corrected:
     so ||d|| <= Delta = scale * L/lam holds by construction; Delta uses only public numbers (L, lam, n), never
     the observed ||d||;
   * noise: sigma = Delta / sqrt(2 rho_step), rho_step = rho_tot / m (uniform split over the capacity m),
-    theta <- Pi_K(theta + d + sigma xi);
+    theta <- Pi_K(g (round((theta + d)/g) + k)), k ~ N_Z(0, (sigma'/g)^2): the discrete Gaussian on a grid g
+    (app/unlearning/release.py; Delta' = Delta + g sqrt(p), sigma' = sigma Delta'/Delta, rho_step unchanged), with
+    Delta at least the float64 round-off floor of the steps since u (``roundoff_floor``);
   * odometer: rho_spent += rho_step; a deletion that would exceed rho_tot is refused (CapacityExhausted) and
     status becomes "retrain_required" once no further step fits; retrain(retained) starts a new epoch;
   * the curvature memory is dropped after every deletion: the stored pairs are functions of every example
@@ -74,6 +76,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from . import release
 from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
                    Unlearner, validate_examples)
 from .certificate import Certificate
@@ -564,6 +567,15 @@ class MemoryPair(Unlearner):
         Xa = augment(X)
         return [self._forget_one(u, Xa[j], float(y[j])) for j, u in enumerate(steps)]
 
+    def roundoff_floor(self, u: int) -> float:
+        """Float64 round-off two coupled runs can add to their gap from step u on (release.py): every quasi-Newton
+        step (a projected move of length <= D = 2R, the m-pair inverse product included) and every removal step
+        errs by at most e = C (p + 2) (m + 1) u_64 (R + D); no contraction is certified for these steps, so the
+        errors are summed: 2 e (t - u + 1 + deletions)."""
+        R = self.spec.domain_radius
+        e = release.step_roundoff(self.p, R, 2.0 * R) * (self.mem.memory + 1)
+        return release.roundoff_floor(e, self.t - u + 1 + self.deletions_total, 1.0)
+
     def _forget_one(self, u: int, x_aug: np.ndarray, label: float) -> Certificate:
         n = self.n_active
         self.deletions_total += 1
@@ -582,10 +594,15 @@ class MemoryPair(Unlearner):
         if norm > clip:
             v = v * (clip / norm)
         scale = self.removal_scale(n)
-        delta = scale * clip
+        shift = scale * clip
+        floor = self.roundoff_floor(u)
+        delta = max(shift, floor)  # issue 14 case 2: never certify less than the round-off can produce
         sigma = delta / math.sqrt(2.0 * self.rho_step)
-        xi = self.noise.standard_normal(self.p)
-        self.theta = project_l2_ball(self.theta + self.removal_sign * scale * v + sigma * xi, self.spec.domain_radius)
+        # discrete Gaussian release on a grid (release.py): Delta' = Delta + g sqrt(p), sigma' = sigma Delta'/Delta,
+        # so Delta'^2/(2 sigma'^2) = rho_step as before (CKS20 Thm 14); projection onto K is post-processing
+        self.theta, grid, sigma, delta_used = release.discrete_release(
+            self.theta + self.removal_sign * scale * v, delta, sigma, self.noise,
+            scale=self.spec.domain_radius, radius=self.spec.domain_radius)
         self.mem.clear()
         # S_N holds the deleted record's ||g||^2 and feeds the adagrad step: replace it by its public bound G^2 N
         # (||g|| <= L), so later steps depend on the forgotten record only through the noised theta
@@ -594,10 +611,11 @@ class MemoryPair(Unlearner):
         self.deletions += 1
         self.rho_spent = min(self.spec.rho, self.deletions * self.rho_step)  # m (rho/m) can round 1 ulp above rho
         return Certificate(
-            learned_step=u, forgotten_step=self.t, deletion_index=self.deletions_total, mechanism="gaussian",
-            sigma=sigma, sensitivity=delta, rho=self.rho_step,
+            learned_step=u, forgotten_step=self.t, deletion_index=self.deletions_total, mechanism=release.MECHANISM,
+            sigma=sigma, sensitivity=delta_used, rho=self.rho_step,
             details={"n_active": float(n), "removal_scale": scale, "clip_bound": clip, "rho_step": self.rho_step,
-                     "capacity": float(self.capacity), "epoch": float(self.epoch)},
+                     "capacity": float(self.capacity), "epoch": float(self.epoch), "grid": grid, "shift": shift,
+                     "roundoff_floor": floor},
         )
 
     # ---- retrain -----------------------------------------------------------------------------------

@@ -12,6 +12,13 @@ of the per-step contractions after u).  The i-th deletion adds N(0, sigma_i^2 I)
 
 Either way the published sequence is (alpha, alpha*rho)-OLU for every alpha > 1.
 
+Discrete noise and round-off (issue 14; app/unlearning/release.py).  The noise is the discrete Gaussian on a grid
+g (a power of two from the public a_i and d): theta <- Pi_K(g (round(theta/g) + k)), k ~ N_Z(0, (sigma_i'/g)^2),
+with lattice sensitivity a_i' = a_i + g sqrt(d + 1) and sigma_i' = sigma_i a_i'/a_i, so rho_i = a_i^2/(2 sigma_i^2)
+is unchanged (CKS20 Thm 14).  a_i is max(Delta_u Gamma(u, tau), floor), floor = the float64 round-off two coupled
+runs can add between step u and tau: 2 e min(tau - u + 1, 1/(1 - gamma)) (constant steps; tau - u + 1 otherwise)
++ 2 e n_deletions, e = 8 (d + 3) 2^-53 (R + eta_u L) (``roundoff_floor``).
+
 Schedules (hyperparameter ``schedule``; digest §2.4):
   strongly_convex_capped  eta_t = min(1/(mu t), 2/(beta + mu)); every record deletable (default).
   strongly_convex         eta_t = 1/(mu t); records with u <= 1/2 + beta/(2 mu) raise NotDeletable (000 Thm 3.3).
@@ -36,7 +43,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from . import fast
+from . import fast, release
 from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
                    Unlearner)
 from .certificate import Certificate
@@ -389,12 +396,32 @@ class PassiveOLU(Unlearner):
         # several deletions at one tau: sequentially, each with its own i and noise (P9)
         return [self._gaussian_forget(u, tau) for u in steps]
 
+    def roundoff_floor(self, u: int, tau: int) -> float:
+        """The float64 round-off two coupled runs can add to their gap between learning step u and forgetting
+        step tau (release.py): per step e = C (n + 2) u_64 (R + eta_u L) (eta_u bounds every later step: the
+        schedules are non-increasing), contracted by the schedule's gamma (constant steps) or summed (gamma_t -> 1),
+        plus one projection's worth for every noise step since u (at most n_deletions of them)."""
+        n, R = self.spec.dim + 1, self.spec.domain_radius
+        # the adaptive eta_u depends on gradient norms (data): use its public bound, never the value (issue 14.3)
+        bound = getattr(self.schedule, "public_eta_bound", None)
+        eta_u = bound() if bound is not None else self.schedule.eta(u - self.epoch_start)
+        e = release.step_roundoff(n, R, eta_u * self.L)
+        c = self.schedule.gamma(1) if isinstance(self.schedule, ConstantStep) else 1.0
+        return release.roundoff_floor(e, tau - u + 1, c) + release.roundoff_floor(e, self.n_deletions, 1.0)
+
     def _gaussian_forget(self, u: int, tau: int) -> Certificate:
+        """One deletion: certified shift a = max(Delta_u Gamma(u, tau), round-off floor) (issue 14 case 2), sigma_i
+        = noise_multiplier(i) a, released through the discrete Gaussian (release.py), which reports the grid g and
+        the lattice sensitivity a' = a + g sqrt(d + 1) with sigma' = sigma_i a'/a; rho_i = a^2/(2 sigma_i^2) is
+        unchanged (= a'^2/(2 sigma'^2), CKS20 Thm 14)."""
         i = self.n_charged + 1
-        delta_u, gamma, a = self.shift_bound(u, tau)
+        delta_u, gamma, shift = self.shift_bound(u, tau)
+        floor = self.roundoff_floor(u, tau)
+        a = shift if shift >= floor else floor
         sigma = self.noise_multiplier(i) * a
         rho_i = a * a / (2.0 * sigma * sigma) if sigma > 0 else 0.0
-        self.theta = self.apply_noise(sigma)
+        self.theta, grid, sigma_used, sens_used = release.discrete_release(
+            self.theta, a, sigma, self.noise, scale=self.spec.domain_radius, radius=self.spec.domain_radius)
         if isinstance(self.schedule, Adaptive) and self.eta_script is None:
             self.schedule.forget_gradient_norms()  # later steps: public bound instead of the gradient norms
         self.n_charged = i
@@ -404,9 +431,10 @@ class PassiveOLU(Unlearner):
             details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "omega": self.omega}
         else:
             details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "capacity": float(self.capacity)}
-        return Certificate(u, tau, self.n_deletions, "gaussian", sigma, a, rho_i, details)
+        details.update(grid=grid, shift=shift, roundoff_floor=floor)
+        return Certificate(u, tau, self.n_deletions, release.MECHANISM, sigma_used, sens_used, rho_i, details)
 
-    def apply_noise(self, sigma: float) -> np.ndarray:
-        """theta <- Pi_K(theta + N(0, sigma^2 I)): noise into the state, then projection (P4, P5)."""
-        theta = self.theta
-        return fast.noise_step(theta, self.noise.standard_normal(theta.shape[0]), sigma, self.spec.domain_radius)
+    def apply_noise(self, sigma: float, grid: float) -> np.ndarray:
+        """Pi_K(g (round(theta/g) + k)), k ~ N_Z(0, (sigma/g)^2): a certificate's release (the reference run's copy
+        in coupled replays; P4, P5)."""
+        return release.add_discrete_noise(self.theta, grid, sigma, self.noise, self.spec.domain_radius)

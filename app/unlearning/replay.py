@@ -2,7 +2,8 @@
 
 The unlearning run and, for every deletion event i, the reference run on the masked stream (the examples
 forgotten up to event i replaced by the skip symbol, the clock kept) are driven with the *same* noise draws and
-the same public mechanism: Gaussian noise of the certified sigma at the same times, restarts (exact
+the same public mechanism: discrete Gaussian noise of the certified sigma on the certified grid at the same
+times (the same integer draws k in every run), restarts (exact
 certificates with ``details["restart"]``) at the same times with the same random initial draw, and, for adaptive
 schedules, the actual run's public step sizes.  At each deletion time tau_i we measure m = ||z - z'|| and
 compare the realized divergence m^2 / (2 sigma_acc^2), sigma_acc^2 = sum_j sigma_j^2 Gamma(tau_j, tau_i)^2 over
@@ -22,6 +23,7 @@ import numpy as np
 from .base import Unlearner
 from .certificate import Certificate
 from .noise import SeededNoise
+from .release import MECHANISM
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,8 @@ def _is_restart(c: Certificate) -> bool:
 def mirror(ref: Unlearner, certs: Sequence[Certificate]) -> None:
     """Apply to a reference run the public mechanism the actual run applied, in the same order."""
     for c in certs:
-        if c.mechanism == "gaussian":
-            ref.theta = ref.apply_noise(c.sigma)
+        if c.mechanism == MECHANISM:
+            ref.theta = ref.apply_noise(c.sigma, c.details["grid"])
         elif _is_restart(c):
             ref.restart()
 
@@ -71,7 +73,7 @@ def coupled_replay(
     """Run the stream X, y; after step tau forget the steps ``deletions[tau]``; check every event.
 
     ``make_engine(noise)`` builds a fresh engine.  Engines must provide ``skip(n)`` (advance the clock with
-    no update), ``apply_noise(sigma)`` (the reference run's copy of the deletion mechanism), ``restart()`` if
+    no update), ``apply_noise(sigma, grid)`` (the reference run's copy of the deletion mechanism), ``restart()`` if
     they issue restart certificates, and ``data_dependent_steps`` / ``eta_script`` / ``last_eta`` if their step sizes
     depend on the data (the reference runs then use the actual run's public step sizes).
     """
@@ -110,7 +112,7 @@ def coupled_replay(
             if _is_restart(c):
                 noise_log.clear()
                 certified = 0.0
-            elif c.mechanism == "gaussian":
+            elif c.mechanism == MECHANISM:
                 noise_log.append((tau, c.sigma, c.sensitivity))
                 certified += c.rho
         m = float(np.linalg.norm(actual.published() - refs[i].published()))

@@ -38,7 +38,7 @@ class ScriptedSampler:
 
 
 class ScriptedNoise:
-    """Returns prescribed N(0, I) vectors in call order."""
+    """Returns prescribed N(0, I) vectors (or their lattice versions) in call order."""
 
     def __init__(self, draws: Sequence[np.ndarray]):
         self._draws = list(draws)
@@ -47,6 +47,11 @@ class ScriptedNoise:
         v = self._draws.pop(0)
         assert v.shape == (size,)
         return v
+
+    def discrete_gaussian(self, sigma: float, size: int) -> np.ndarray:
+        """The prescribed vector xi as lattice noise round(sigma xi) (sigma in grid units): the same k for every
+        run that is given the same xi and sigma (a scripted coupling, not an exact N_Z sample)."""
+        return np.rint(sigma * self.standard_normal(size)).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -101,8 +106,7 @@ def coupled_sgd_replay(make_engine: EngineFactory, X: np.ndarray, y: np.ndarray,
         held[list(req)] = False
         ref = make_engine(ScriptedNoise([xi]), ScriptedSampler([(len(keep), Pp)]))
         ref.learn(X[keep], y[keep], None)
-        theta_u = actual.published() - actual.sigma * xi
-        theta_r = ref.published() - ref.sigma * xi
+        theta_u, theta_r = actual.last_mean, ref.last_mean  # the pre-noise iterates (the same k is added to both)
         points.append(SGDReplayPoint(
             deleted=cumZ, distance=float(np.linalg.norm(theta_u - theta_r)), sigma=actual.sigma,
             sensitivity=actual.sensitivity, sigma_at_m=actual.sensitivity_bound(actual.n_train, len(cumZ))))

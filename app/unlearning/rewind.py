@@ -27,6 +27,10 @@ single-request theorem.  Nothing composes across releases; the guarantee does no
 combines several releases (including the pre-deletion one), nor the secret checkpoint, which still carries
 the deleted records' influence until the next retrain.
 
+Release (issue 14; app/unlearning/release.py): theta rounded to a grid g plus discrete Gaussian noise on the tail
+sensitivity (raised to the float64 round-off floor of T SGD steps when below it, ``roundoff_floor``); the
+certificate's sigma and sensitivity are the lattice ones (tail' = tail + g sqrt(d), sigma' = sigma tail'/tail).
+
 Streaming ``learn`` for a batch-trained family: examples are appended and get steps as usual.  Until
 ``initial_size`` examples are held the model publishes theta_0 = 0 (data independent; forgetting is exact).
 The ``learn`` call that reaches ``initial_size`` trains on every held example (that call's batch included).
@@ -56,6 +60,7 @@ from .base import (
     SpecError,
     Unlearner,
 )
+from . import release
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment, make_loss
@@ -248,6 +253,8 @@ class RewindToDelete(Unlearner):
         self.sensitivity = 0.0
         self.capacity_total = 0
         self.rho_release = 0.0
+        self.last_release: dict[str, float] = {}  # grid, sigma', tail' of the last release (public; not state)
+        self.last_mean = np.zeros(self.dim)
 
     # ---- hyperparameters ------------------------------------------------------------------------------
     @classmethod
@@ -441,6 +448,12 @@ class RewindToDelete(Unlearner):
             lo, hi = (lo, mid) if ok else (mid + 1, hi)
         return lo
 
+    @property
+    def tail_sensitivity(self) -> float:
+        """The sensitivity the Gaussian release is calibrated on: Sigma / d1 (Sigma / sqrt(d1) for descend)."""
+        d1 = 0.5 * self.spec.delta
+        return self.sensitivity / (math.sqrt(d1) if self.variant == "descend" else d1)
+
     def noise_scale(self, sensitivity: float) -> tuple[float, float]:
         """(sigma, tail sensitivity) for the relaxed Gaussian mechanism at (epsilon, spec.delta)."""
         d1 = d2 = 0.5 * self.spec.delta
@@ -497,11 +510,39 @@ class RewindToDelete(Unlearner):
         self.rho_release = tail * tail / (2.0 * sigma * sigma) if sigma > 0 else 0.0
         self.published_theta = self._release(theta_T)
 
+    def roundoff_floor(self) -> float:
+        """Float64 round-off two coupled runs (this one and the comparator's retrain) can add to the distance of
+        their final iterates (release.py): each SGD step on a minibatch of b errs by at most
+        e = C (d + 1 + b) u_64 (R + eta G), and an error is carried by the later steps' Lipschitz factor --
+        max(|1 - eta mu|, |1 - eta beta|) (strongly convex), 1 (convex), 1 + eta beta (nonconvex) -- over at most T
+        steps; the floor is 2 sum_{j<T} c^j e, in the same units as the tail sensitivity it is compared with
+        (the Markov tail divides the expected distance by d1 >= 1, so comparing with the undivided floor is safe)."""
+        e = release.step_roundoff(self.dim + self.b, self.spec.domain_radius, self.eta * self.G)
+        if self.regime == "strongly_convex":
+            c = max(abs(1.0 - self.eta * self.mu), abs(1.0 - self.eta * self.Ls))
+        elif self.regime == "convex":
+            c = 1.0
+        else:
+            c = 1.0 + self.eta * self.Ls
+        return release.roundoff_floor(e, self.T, c)
+
     def _release(self, theta: np.ndarray) -> np.ndarray:
-        """theta + N(0, sigma^2 I) with a fresh draw every time (never reuse the training noise)."""
+        """theta released through the discrete Gaussian with a fresh draw every time (never reuse the training
+        noise): the Gaussian mechanism's sensitivity is the tail sensitivity, raised to the round-off floor when it
+        is below it (sigma scaled with it), then the grid's lattice sensitivity tail' = tail + g sqrt(d) and
+        sigma' = sigma tail'/tail (release.py; the (epsilon, delta) calibration of sigma/tail carries over, CKS20).
+        ``last_release`` keeps the public grid, sigma' and tail' for the certificates."""
+        self.last_mean = theta.copy()  # the pre-noise iterate (coupled replays only; never state, never published)
         if self.sigma == 0.0:
+            self.last_release = {}
             return theta.copy()
-        return theta + self.sigma * self.noise.standard_normal(self.dim)
+        tail, sigma, floor = self.tail_sensitivity, self.sigma, self.roundoff_floor()
+        if floor > tail:
+            sigma, tail = (sigma * floor / tail if tail > 0.0 else sigma), floor
+        out, grid, sigma_used, tail_used = release.discrete_release(theta, tail, sigma, self.noise,
+                                                                    scale=self.spec.domain_radius)
+        self.last_release = {"grid": grid, "sigma": sigma_used, "tail_sensitivity": tail_used, "roundoff_floor": floor}
+        return out
 
     # ---- learning -------------------------------------------------------------------------------------------
     def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:
@@ -563,12 +604,18 @@ class RewindToDelete(Unlearner):
                        "T": float(self.T), "K": float(self.K), "eta": self.eta, "batch_size": float(self.b),
                        "Sigma_at_m": self.sensitivity_bound(self.n_train, len(deleted)),
                        "epoch": float(self.epoch), "delta_total": self.spec.delta}
-            mech = "gaussian" if self.sigma > 0 else "exact"  # K = T: rewinding to theta_0 is retraining
+            mech = release.MECHANISM if self.sigma > 0 else "exact"  # K = T: rewinding to theta_0 is retraining
+            rel = self.last_release
+            sigma_used, sens = rel.get("sigma", self.sigma), self.sensitivity
+            if rel:  # Sigma scaled like the tail: sensitivity'/sigma' = Sigma/sigma (release.py)
+                sens = self.sensitivity * rel["tail_sensitivity"] / self.tail_sensitivity
+                details.update(grid=rel["grid"], shift=self.sensitivity, roundoff_floor=rel["roundoff_floor"],
+                               tail_sensitivity=rel["tail_sensitivity"])
             for u in in_model:
                 self.n_deletions += 1
                 certs.append(Certificate(
                     learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism=mech,
-                    sigma=self.sigma, sensitivity=self.sensitivity, rho=self.rho_release, details=details))
+                    sigma=sigma_used, sensitivity=sens, rho=self.rho_release, details=details))
         for u in steps:
             if u in in_model:
                 continue
