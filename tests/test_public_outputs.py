@@ -128,7 +128,10 @@ def _world(tmp: Path, monkeypatch, caplog, algorithm: str, hp: dict, X, y) -> di
                 return ctx.models.unlearn(t, m, [f"r{i}"], examples=[(f"r{i}", X[i].tolist(), float(y[i]))])
             return ctx.models.unlearn(t, m, [f"r{i}"])
 
-        learned = ctx.models.parameters(t, m)
+        # the secret state while the record is learned (the engine the registry caches after the learn): the
+        # published parameters can coincide when a coarse grid rounds both worlds alike (rewind at this budget)
+        engine = ctx.models.registry._cache[m][1]
+        learned = {k: np.asarray(v).tobytes() for k, v in engine.state().items()}
         out["forget"] = _problem(lambda: unlearn(SECRET))
         out["after_forget"] = {"model": ctx.models.get(t, m), "ledger": ctx.models.ledger(t, m),
                                "predict": _problem(lambda: ctx.models.predict(t, m, X[:4].tolist()))}
@@ -167,7 +170,7 @@ def test_public_outputs_do_not_depend_on_a_forgotten_record(tmp_path, monkeypatc
     a, learned_a = _world(tmp_path / "a", monkeypatch, caplog, algorithm, hp, Xa, ya)
     b, learned_b = _world(tmp_path / "b", monkeypatch, caplog, algorithm, hp, Xb, yb)
     # not vacuous: while the record is learned, the two worlds' models differ
-    assert (learned_a["weights"], learned_a["bias"]) != (learned_b["weights"], learned_b["bias"])
+    assert learned_a != learned_b
     assert "ok" in a["forget"] and "ok" in a["forget_other"], (a["forget"], a["forget_other"])  # the path ran
     assert a["forget"]["ok"]["receipts"], "no receipt issued"
     na, nb = _normalise(a, keep_parameters=exact), _normalise(b, keep_parameters=exact)
