@@ -34,7 +34,7 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import fast
+from . import fast, release
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
 from .certificate import Certificate
 from .domain import project_l2_ball
@@ -372,29 +372,40 @@ class SecondOrderOLU(OGDIterate, Unlearner):
                 z, _, _ = self.removal_step(z, data, [(augment(np.asarray(Xu, dtype=np.float64)),
                                                                 np.asarray(yu, dtype=np.float64))], exclude, n_after, m)
                 bound = self.sensitivity(K, n, m)
-                delta = bound["Delta"]
+                floor = self.roundoff_floor(K)
+                delta = max(bound["Delta"], floor)  # issue 14 case 2: never certify less than round-off can produce
                 sigma = self.noise_multiplier(i) * delta
                 rho_i = self.charge(i)
-                self.theta = self._release(z, delta, sigma)
+                self.theta, grid, sigma, sens_used = self._release(z, delta, sigma)
                 self.rho_spent += rho_i
                 details = {**bound, "gd_steps": float(K), "gamma_gd": self.gamma_gd, "eta_gd": self.eta_gd,
                            "M": self.M, "B": self.B, "L_B": self.L_B, "retained_before": float(n),
                            "retained_after": float(n_after), "omega": self.omega,
                            # the planned solver only: whether CG fell back to the direct solve depends on the data
-                           "direct_solve": 1.0 if self.use_direct() else 0.0}
-                certs.append(Certificate(learned_step=u, forgotten_step=tau, deletion_index=i, mechanism="gaussian",
-                                         sigma=sigma, sensitivity=delta, rho=rho_i, details=details))
+                           "direct_solve": 1.0 if self.use_direct() else 0.0,
+                           "grid": grid, "shift": bound["Delta"], "roundoff_floor": floor}
+                certs.append(Certificate(learned_step=u, forgotten_step=tau, deletion_index=i,
+                                         mechanism=release.MECHANISM, sigma=sigma, sensitivity=sens_used, rho=rho_i,
+                                         details=details))
             self.n_deletions = i
             done.append(u)
             n = n_after
         return certs
 
-    def _release(self, theta: np.ndarray, sensitivity: float, sigma: float) -> np.ndarray:
-        """The only noise draw: Pi_K(theta + N(0, sigma^2 I)) (noise into the state, projection after it: P4, P5).
-        ``sensitivity`` is the certified bound on ||theta - w*|| (what a discrete-Gaussian release needs)."""
-        if not sigma > 0.0:
-            return fast.noise_step(theta, np.zeros_like(theta), 0.0, self.spec.domain_radius)
-        return fast.noise_step(theta, self.noise.standard_normal(theta.shape[0]), sigma, self.spec.domain_radius)
+    def _release(self, theta: np.ndarray, sensitivity: float, sigma: float) -> tuple[np.ndarray, float, float, float]:
+        """The only noise draw: Pi_K(g (round(theta/g) + k)), k ~ N_Z(0, (sigma'/g)^2), through the shared discrete
+        release (release.py: grid g, lattice sensitivity Delta + g sqrt(d+1), sigma scaled so rho is unchanged,
+        CKS20 Thm 14); projection after the noise (P4, P5).  Returns (theta, grid, sigma_used, sensitivity_used)."""
+        R = self.spec.domain_radius
+        return release.discrete_release(theta, sensitivity, sigma, self.noise, scale=R, radius=R)
+
+    def roundoff_floor(self, gd_steps: int) -> float:
+        """Float64 round-off between the computed z and the exact-arithmetic one the bound Delta is about: each of
+        the K gradient-descent steps errs by at most e = C (d + 3) u_64 (R + eta L_B) (release.step_roundoff) and
+        the error contracts by gamma_gd per later step, so 2 sum_j gamma_gd^j e (release.roundoff_floor); the
+        Newton solve's residual is already in Delta (``solve_term``), its own round-off is one more step's worth."""
+        e = release.step_roundoff(self.spec.dim + 1, self.spec.domain_radius, self.eta_gd * self.L_B)
+        return release.roundoff_floor(e, gd_steps + 1, self.gamma_gd)
 
     def retrain(self, retained: RetainedData) -> None:
         """Exact retrain (OGD from 0 over the retained examples, clock kept): a new ledger epoch."""
