@@ -230,9 +230,11 @@ class ModelService:
             s.execute(delete(ModelState).where(ModelState.model_id == model_id))
             s.execute(delete(Record).where(Record.model_id == model_id))
             s.execute(delete(RecordBatch).where(RecordBatch.model_id == model_id))
-            SqlRetained(s, model_id, 0).erase_all()
+            erased = SqlRetained(s, model_id, 0).erase_all()
             row.status, row.published, row.deleted_at, row.updated_at = "deleted", None, utcnow(), utcnow()
             row.version += 1
+        if erased:
+            self.db.scrub_wal()  # the model's examples leave the WAL too, before the answer
         self.registry.evict(model_id)
         self.records.evict(model_id)
 
@@ -265,7 +267,7 @@ class ModelService:
             if held:
                 raise Problem(409, "duplicate-record", f"Record id {ids[min(held)]!r} was already used in this model.")
             engine = self._checkout(s, row)
-            store = SqlRetained(s, model_id, spec.dim) if engine.needs_retained_data else None
+            store = SqlRetained(s, model_id, spec.dim, self.registry.cipher) if engine.needs_retained_data else None
             steps = engine.learn(X, y, store)  # on any refusal below the engine is dropped, not checked in
             now = utcnow()
             macs = ([bytes.fromhex(example_mac(key, xi, yi)) for xi, yi in zip(X, y)]
@@ -292,6 +294,7 @@ class ModelService:
         if len(set(ids)) != len(ids):
             raise Problem(422, "validation-error", "Each record id may appear only once in an unlearn request.")
         exhausted = None
+        erased = 0
         with self.db.write() as s:
             row = self._locked_row(s, tenant_id, model_id)
             if row.status == "retrain_required":
@@ -315,7 +318,7 @@ class ModelService:
             if engine.needs_retained_data:
                 if examples:
                     raise Problem(422, "validation-error", "This model keeps its data: send only the ids.")
-                store = SqlRetained(s, model_id, json.loads(row.spec_json)["dim"])
+                store = SqlRetained(s, model_id, json.loads(row.spec_json)["dim"], self.registry.cipher)
             elif engine.needs_deletion_features:
                 store = self._client_examples(row, key, ids, records, examples)
             else:
@@ -336,7 +339,8 @@ class ModelService:
             if certs is not None:
                 now = utcnow()
                 if isinstance(store, SqlRetained):
-                    store.erase([r.step for r in records])  # the forgotten examples leave the database
+                    # crypto-shredding: the data keys and the sealed examples leave the database
+                    erased = store.erase([r.step for r in records])
                 receipts = self.issuer.issue(s, row, engine, records, certs, now)
                 conn = s.connection()
                 conn.execute(_INSERT_FORGOTTEN, [
@@ -361,6 +365,8 @@ class ModelService:
         if exhausted is not None:
             self.registry.evict(model_id)
             raise Problem(409, "deletion-capacity-exhausted", exhausted)
+        if erased:
+            self.db.scrub_wal()  # no WAL frame keeps the forgotten examples or their keys once we answer
         self.registry.checkin(model_id, version, engine)
         self.records.committed(probe, None, version)
         if self.metrics:
@@ -377,7 +383,7 @@ class ModelService:
             engine = self._checkout(s, row)
             if not engine.supports_retrain:
                 raise Problem(409, "retrain-not-supported", f"{row.algorithm} keeps no data to retrain on.")
-            engine.retrain(SqlRetained(s, model_id, json.loads(row.spec_json)["dim"]))
+            engine.retrain(SqlRetained(s, model_id, json.loads(row.spec_json)["dim"], self.registry.cipher))
             now = utcnow()
             row.epoch += 1
             row.rho_spent = 0.0
