@@ -261,3 +261,60 @@ def test_migration_0008_seals_existing_plaintext_examples(tmp_path):
                              (learned[0][0],)).fetchone()
         assert conn.execute("SELECT count(*) FROM retained_examples").fetchone()[0] == len(FAMILIES) * (N - 1)
     assert bytes(x) == np.asarray(learned[0][2][0], dtype="<f8").tobytes() and yv == learned[0][3][0]
+
+
+def test_key_rotation_rewraps_the_data_keys_only(tmp_path):
+    """Rotating the encryption key (app.db.reseal) re-wraps every retained data key, leaves the sealed examples
+    byte for byte, and afterwards the new key alone opens them (the old one can be destroyed)."""
+    import base64
+
+    from app.crypto import Cipher, parse_key
+    from app.db.reseal import reseal_all
+    from app.db.retained import SqlRetained
+
+    k1, k2 = (base64.b64encode(os.urandom(32)).decode() for _ in range(2))
+    data = tmp_path / "data"
+    data.mkdir()
+    srv, handle = start_server(f"sqlite:///{data / 'olu.db'}", data, "sqlite", encryption_key=k1)
+    try:
+        _, key = srv.new_tenant()
+        with srv.client(key) as c:
+            mid, ids, X, y = _learn(c, "active_olu", {}, seed=50)
+        db = srv.app.state.ctx.db
+        with sqlite3.connect(data / "olu.db") as conn:
+            before = conn.execute("SELECT step, sealed FROM retained_examples ORDER BY step").fetchall()
+        counts = reseal_all(db, Cipher(parse_key(k2), [parse_key(k1)]))
+        assert counts["retained_keys"] == N
+        assert reseal_all(db, Cipher(parse_key(k2)))["retained_keys"] == 0
+        with sqlite3.connect(data / "olu.db") as conn:
+            assert conn.execute("SELECT step, sealed FROM retained_examples ORDER BY step").fetchall() == before
+        with db.read() as s:
+            got_X, got_y = SqlRetained(s, mid, DIM, Cipher(parse_key(k2))).get(range(1, N + 1))
+        assert np.array_equal(got_X, X) and np.array_equal(got_y, y)
+    finally:
+        _stop(handle, srv)
+
+
+def test_a_sealed_example_opens_only_with_its_own_key_and_place():
+    import base64
+
+    from app.crypto import Cipher, DecryptionError, parse_key
+    from app.db.retained import open_example, seal_example
+
+    cipher = Cipher(parse_key(base64.b64encode(os.urandom(32)).decode()))
+    sealed, wrapped = seal_example(cipher, "mdl_a", 6, np.array(X_FORGET), Y_FORGET)
+    text = open_example(cipher, "mdl_a", 6, sealed, wrapped)
+    assert text == np.append(X_FORGET, Y_FORGET).astype("<f8").tobytes()
+    assert scan_bytes(sealed + wrapped) == []  # nothing of it in the clear
+    other_sealed, other_wrapped = seal_example(cipher, "mdl_a", 7, np.array(X_FORGET), Y_FORGET)
+    assert other_sealed[12:] != sealed[12:]  # a fresh data key per example: equal examples, unrelated bytes
+    for args in (("mdl_a", 7, sealed, wrapped), ("mdl_b", 6, sealed, wrapped), ("mdl_a", 6, sealed, other_wrapped),
+                 ("mdl_a", 6, sealed[:-1] + bytes([sealed[-1] ^ 1]), wrapped)):
+        with pytest.raises(DecryptionError):
+            open_example(cipher, *args)
+    with pytest.raises(DecryptionError):  # without the service key the wrapped data key is useless
+        open_example(Cipher(os.urandom(32)), "mdl_a", 6, sealed, wrapped)
+
+
+def scan_bytes(data: bytes) -> list[str]:
+    return [n for n, b in needles_of(X_FORGET, Y_FORGET).items() if b in data]
