@@ -5,7 +5,8 @@ Run with the new key active and the old one(s) in ``OLU_ENCRYPTION_KEYS_OLD``::
     OLU_ENCRYPTION_KEY=<new> OLU_ENCRYPTION_KEYS_OLD=<old> python -m app.db.reseal
 
 Safe while the service runs: each model is re-sealed in its own write transaction under the model's lock, and
-a tenant's record key is rewritten in place (same key bytes, new seal).  Afterwards the old key can be
+a tenant's record key is rewritten in place (same key bytes, new seal), and so is the wrapped data key of every
+retained example (the sealed examples are not rewritten: envelope encryption, app/db/retained.py).  Afterwards the old key can be
 dropped from ``OLU_ENCRYPTION_KEYS_OLD``.  Plaintext values from before encryption existed are sealed too.
 """
 from __future__ import annotations

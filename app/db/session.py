@@ -95,14 +95,18 @@ class Database:
         once done.  PostgreSQL: nothing to do here (its WAL is the server's; docs/operations.md)."""
         if not self.is_sqlite:
             return True
-        raw = self.engine.raw_connection()
         try:
-            for _ in range(attempts):
-                busy, _log, _done = raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-                if not busy:
-                    return True
-        finally:
-            raw.close()
+            raw = self.engine.raw_connection()
+            try:
+                for _ in range(attempts):
+                    busy, _log, _done = raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                    if not busy:
+                        return True
+            finally:
+                raw.close()
+        except Exception:  # noqa: BLE001 - the forget has committed: its answer must not turn into a 500
+            log.exception("WAL checkpoint (TRUNCATE) failed")
+            return False
         log.warning("WAL checkpoint (TRUNCATE) stayed busy; it is retried after the next forget and at start-up")
         return False
 
