@@ -233,10 +233,10 @@ class ModelService:
             erased = SqlRetained(s, model_id, 0).erase_all()
             row.status, row.published, row.deleted_at, row.updated_at = "deleted", None, utcnow(), utcnow()
             row.version += 1
-        if erased:
-            self.db.scrub_wal()  # the model's examples leave the WAL too, before the answer
         self.registry.evict(model_id)
         self.records.evict(model_id)
+        if erased:
+            self.db.scrub_wal()  # the model's examples leave the WAL too, before the answer
 
     # ---- learn --------------------------------------------------------------------------------------------
     def learn(self, tenant_id: str, model_id: str, ids: list[str], X: Any, y: Any, guard=None) -> dict[str, Any]:
@@ -365,10 +365,10 @@ class ModelService:
         if exhausted is not None:
             self.registry.evict(model_id)
             raise Problem(409, "deletion-capacity-exhausted", exhausted)
-        if erased:
-            self.db.scrub_wal()  # no WAL frame keeps the forgotten examples or their keys once we answer
         self.registry.checkin(model_id, version, engine)
         self.records.committed(probe, None, version)
+        if erased:
+            self.db.scrub_wal()  # no WAL frame keeps the forgotten examples or their keys once we answer
         if self.metrics:
             for c in certs:
                 self.metrics.deletions.labels(c.mechanism).inc()
