@@ -7,13 +7,15 @@ Run it as a script against any checkout, e.g. to compare two branches interleave
     PYTHONPATH=/path/to/branch python bench/write_path.py sqlite
 
 A third argument names another family (e.g. ``memory_pair``, a data-holding one: its forget also erases the
-retained example, its sealed row and data key, and checkpoints the WAL); a fourth, the number of unlearns (100).
+retained example, its sealed row and data key, and checkpoints the WAL); a fourth, the number of unlearns (100);
+a fifth, the hyperparameters as JSON (e.g. '{"capacity": 60}').
 
 (``postgresql`` uses OLU_BENCH_POSTGRES_URL or postgresql+psycopg://postgres@127.0.0.1:5432/test to create and
 drop a throwaway database.)  It imports only ``app``, so it runs against checkouts that predate ``bench``.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import statistics
@@ -30,6 +32,7 @@ def main() -> None:
     batches = int(sys.argv[2]) if len(sys.argv) > 2 else 31
     algorithm = sys.argv[3] if len(sys.argv) > 3 else "passive_olu"
     forgets = int(sys.argv[4]) if len(sys.argv) > 4 else 100
+    hyperparameters = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
     import app as app_pkg
     from app.config import Settings
     from app.main import create_app
@@ -59,7 +62,7 @@ def main() -> None:
         t = ctx.tenants.create_tenant("wp")
         m = ctx.models.create(t["id"], {"name": "m", "algorithm": algorithm, "loss": "logistic", "dim": 64,
                                         "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0, "l2": 0.01,
-                                        "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": {}})
+                                        "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": hyperparameters})
         rng = np.random.default_rng(0)
         X = rng.standard_normal((1000 * batches, 64))
         X *= 0.95 / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
