@@ -318,3 +318,63 @@ def test_a_sealed_example_opens_only_with_its_own_key_and_place():
 
 def scan_bytes(data: bytes) -> list[str]:
     return [n for n, b in needles_of(X_FORGET, Y_FORGET).items() if b in data]
+
+
+def test_migration_0008_on_postgresql_with_rows(tmp_path):
+    """The PostgreSQL path of 0008 (constraint names freed and restored, rows sealed, plaintext table dropped)
+    on a database of its own that holds examples, down to 0007 and up again."""
+    import secrets
+
+    from alembic import command
+    from sqlalchemy.engine import make_url
+
+    from app.config import Settings
+    from app.db.migrate import alembic_config
+    from app.main import create_app
+
+    from .conftest import PG_URL, _pg_admin_url
+
+    if not PG_URL:
+        pytest.skip("PostgreSQL tests need OLU_TEST_POSTGRES_URL (e.g. postgresql://postgres@127.0.0.1:5432/test)")
+    base = make_url(_pg_admin_url(PG_URL))
+    name = f"olu_mig8_{secrets.token_hex(4)}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = base.set(database=name).render_as_string(hide_password=False)
+    try:
+        settings = Settings(data_dir=tmp_path, database_url=url, log_level="WARNING")
+        ctx = create_app(settings).state.ctx
+        t = ctx.tenants.create_tenant("mig")["id"]
+        m = ctx.models.create(t, _spec("active_olu", {}))["id"]
+        ids, X, y = _batch(60, "pg")
+        ctx.models.learn(t, m, ids, X, y)
+        cfg = alembic_config(url)
+        cfg.attributes["cipher"] = ctx.models.registry.cipher
+        ctx.db.dispose()
+        command.downgrade(cfg, "0007")
+        eng = create_engine(url)
+        with eng.connect() as conn:
+            x, = conn.execute(text("SELECT x FROM retained_examples WHERE model_id=:m AND step=:s"),
+                              {"m": m, "s": AT + 1}).one()
+        assert bytes(x) == np.asarray(X_FORGET, dtype="<f8").tobytes()  # control: in the clear before 0008
+        command.upgrade(cfg, "head")
+        with eng.connect() as conn:
+            names = {r[0] for r in conn.execute(text(
+                "SELECT conname FROM pg_constraint WHERE conrelid IN ('retained_examples'::regclass, "
+                "'retained_keys'::regclass)"))}
+            assert names == {"pk_retained_examples", "fk_retained_examples_model_id_models",
+                             "pk_retained_keys", "fk_retained_keys_model_id_models"}
+            assert conn.execute(text("SELECT to_regclass('retained_examples_plain')")).scalar() is None
+            dump = b"".join(bytes(v) for row in conn.execute(text(
+                "SELECT e.sealed, k.wrapped FROM retained_examples e JOIN retained_keys k USING (model_id, step)"))
+                for v in row)
+        eng.dispose()
+        assert len(dump) > 0 and scan_bytes(dump) == []
+        ctx = create_app(settings).state.ctx
+        ctx.models.unlearn(t, m, [ids[AT]])  # the sealed examples open: the forget runs GD on them
+        ctx.db.dispose()
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
