@@ -30,19 +30,23 @@ def _database():
     s = _settings()
     s.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(s.resolved_database_url, sqlite_synchronous=s.sqlite_synchronous)
-    upgrade_to_head(db.engine)
+    upgrade_to_head(db.engine, _cipher(s))
+    db.scrub_wal()
     return db
+
+
+def _cipher(st):
+    from .crypto import load_cipher
+
+    return load_cipher(st.data_dir, st.encryption_key.get_secret_value() if st.encryption_key else None,
+                       st.encryption_keys_old.get_secret_value() if st.encryption_keys_old else None)
 
 
 def _tenants():
     """TenantService on the configured database, sealing record keys with the configured encryption key."""
-    from .crypto import load_cipher
     from .services.tenants import TenantService
 
-    st = _settings()
-    cipher = load_cipher(st.data_dir, st.encryption_key.get_secret_value() if st.encryption_key else None,
-                         st.encryption_keys_old.get_secret_value() if st.encryption_keys_old else None)
-    return TenantService(_database(), cipher)
+    return TenantService(_database(), _cipher(_settings()))
 
 
 @app.command()

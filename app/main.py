@@ -74,17 +74,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     check_settings(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(settings.resolved_database_url, sqlite_synchronous=settings.sqlite_synchronous)
+    cipher = load_cipher(settings.data_dir,
+                         settings.encryption_key.get_secret_value() if settings.encryption_key else None,
+                         settings.encryption_keys_old.get_secret_value() if settings.encryption_keys_old else None)
     if settings.auto_migrate:
-        upgrade_to_head(db.engine)
+        upgrade_to_head(db.engine, cipher)
+    db.scrub_wal()  # crash recovery: WAL frames of a forget that committed before a crash go (docs/operations.md)
     keyring = load_or_create_keyring(
         settings.data_dir,
         settings.signing_key.get_secret_value() if settings.signing_key else None,
         settings.signing_key_file,
     )
     configure_logging(settings.log_level)
-    cipher = load_cipher(settings.data_dir,
-                         settings.encryption_key.get_secret_value() if settings.encryption_key else None,
-                         settings.encryption_keys_old.get_secret_value() if settings.encryption_keys_old else None)
     registry = ModelRegistry(cipher=cipher)
     metrics = Metrics()
     ctx = Context(settings, db, keyring, TenantService(db, cipher, settings.auth_cache_seconds),

@@ -100,13 +100,24 @@ def test_forgotten_examples_leave_no_bytes_in_the_database(server, tenant, algor
     X = rng.uniform(-0.49, 0.49, size=(12, 4))  # distinctive float64 patterns
     c.post(f"/v1/models/{mid}/learn", json={"examples": examples(X)})
     needle = np.ascontiguousarray(X[5], dtype="<f8").tobytes()
-    assert needle in _raw_database_bytes(server)  # positive control: the retained example is stored
+    assert np.allclose(_retained(server, mid, [6])[0], X[5])  # positive control: the example is held (step 6) ...
+    assert needle not in _raw_database_bytes(server)  # ... and only sealed (app/db/retained.py)
     assert c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-5"]}).status_code == 200
     data = _raw_database_bytes(server)
     assert needle not in data
     for j in range(4):  # not even one feature's bytes
         assert np.float64(X[5, j]).tobytes() not in data
-    assert np.ascontiguousarray(X[6], dtype="<f8").tobytes() in data  # the others are still held
+    with pytest.raises(KeyError):  # its data key and sealed row are gone
+        _retained(server, mid, [6])
+    assert np.allclose(_retained(server, mid, [7])[0], X[6])  # the others are still held
+
+
+def _retained(server, model_id: str, steps):
+    from app.db.retained import SqlRetained
+
+    ctx = server.app.state.ctx
+    with ctx.db.read() as s:
+        return SqlRetained(s, model_id, 4, ctx.models.registry.cipher).get(steps)[0]
 
 
 def test_memory_pair_with_client_supplied_features(tenant):

@@ -20,8 +20,11 @@ def alembic_config(url: str | None = None) -> Config:
     return cfg
 
 
-def upgrade_to_head(engine: Engine) -> None:
+def upgrade_to_head(engine: Engine, cipher=None) -> None:
+    """``cipher`` (app.crypto.Cipher): the encryption key a migration may need (0010 seals retained examples)."""
     cfg = alembic_config()
+    if cipher is not None:
+        cfg.attributes["cipher"] = cipher
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             # replicas starting together: one migrates, the others wait (transaction-scoped advisory lock)

@@ -6,6 +6,7 @@ PostgreSQL (ARCHITECTURE.md §4).  Reads use plain transactions.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from contextlib import contextmanager
 from typing import Iterator
@@ -15,6 +16,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 WRITE_OPTION = "olu_write"
+log = logging.getLogger("olu.db")
 
 
 def make_engine(url: str, *, sqlite_synchronous: str = "FULL") -> Engine:
@@ -85,6 +87,28 @@ class Database:
             except BaseException:
                 session.rollback()
                 raise
+
+    def scrub_wal(self, attempts: int = 3) -> bool:
+        """SQLite: ``PRAGMA wal_checkpoint(TRUNCATE)``: every WAL frame is copied into the database file and the WAL
+        is cut to zero bytes, so no file keeps a page as it was before a forget (secure_delete has already zeroed
+        the deleted rows in the pages the checkpoint writes).  Waits for readers through the busy handler; True
+        once done.  PostgreSQL: nothing to do here (its WAL is the server's; docs/operations.md)."""
+        if not self.is_sqlite:
+            return True
+        try:
+            raw = self.engine.raw_connection()
+            try:
+                for _ in range(attempts):
+                    busy, _log, _done = raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                    if not busy:
+                        return True
+            finally:
+                raw.close()
+        except Exception:  # noqa: BLE001 - the forget has committed: its answer must not turn into a 500
+            log.exception("WAL checkpoint (TRUNCATE) failed")
+            return False
+        log.warning("WAL checkpoint (TRUNCATE) stayed busy; it is retried after the next forget and at start-up")
+        return False
 
     def dispose(self) -> None:
         for conn in self._own_connections:

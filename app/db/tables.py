@@ -176,8 +176,18 @@ class RetainedExample(Base):
     __tablename__ = "retained_examples"
     model_id: Mapped[str] = mapped_column(ForeignKey("models.id"), primary_key=True)
     step: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    x: Mapped[bytes] = mapped_column(LargeBinary)  # little-endian float64
-    y: Mapped[float] = mapped_column(Float)
+    # nonce | AES-256-GCM(own data key, x and y as little-endian float64) | tag (app/db/retained.py)
+    sealed: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class RetainedKey(Base):
+    """The data key of one retained example, wrapped by the service's encryption key.  Deleted with the example
+    when its record is forgotten: crypto-shredding (app/db/retained.py)."""
+
+    __tablename__ = "retained_keys"
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id"), primary_key=True)
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    wrapped: Mapped[bytes] = mapped_column(LargeBinary)  # Cipher.seal(data key, "retained-key", "<model>:<step>")
 
 
 class MerkleNode(Base):

@@ -273,6 +273,7 @@ class ModelService:
             receipt = self._erase(s, row)
         self.registry.evict(model_id)
         self.records.evict(model_id)
+        self.db.scrub_wal()  # the model's examples and sealed state leave the SQLite WAL too, before the answer
         return receipt
 
     def erase_tenant_models(self, s, tenant_id: str) -> list[dict[str, Any]]:
@@ -286,6 +287,7 @@ class ModelService:
         for mid in model_ids:
             self.registry.evict(mid)
             self.records.evict(mid)
+        self.db.scrub_wal()  # after a tenant's erasure commits: its models' examples leave the SQLite WAL too
 
     def _erase(self, s, row: Model) -> dict[str, Any]:
         """Erase the secret state, the learned-record batches, the retained data and the published parameters,
@@ -362,7 +364,7 @@ class ModelService:
             if left is not None and len(ids) > left:
                 raise Problem(409, "horizon-reached", f"The model was created for a horizon of {engine.step + left} "
                               f"examples and has learned {engine.step}: it can learn {left} more.")
-            store = SqlRetained(s, model_id, spec.dim) if engine.needs_retained_data else None
+            store = SqlRetained(s, model_id, spec.dim, self.registry.cipher) if engine.needs_retained_data else None
             steps = engine.learn(X, y, store)  # on any refusal below the engine is dropped, not checked in
             now = utcnow()
             macs = ([bytes.fromhex(example_mac(key, xi, yi)) for xi, yi in zip(X, y)]
@@ -389,6 +391,7 @@ class ModelService:
         if len(set(ids)) != len(ids):
             raise Problem(422, "validation-error", "Each record id may appear only once in an unlearn request.")
         exhausted = None
+        erased = 0
         with self.db.write() as s:
             row = self._locked_row(s, tenant_id, model_id)
             if row.status == "retrain_required":
@@ -412,7 +415,7 @@ class ModelService:
             if engine.needs_retained_data:
                 if examples:
                     raise Problem(422, "validation-error", "This model keeps its data: send only the ids.")
-                store = SqlRetained(s, model_id, json.loads(row.spec_json)["dim"])
+                store = SqlRetained(s, model_id, json.loads(row.spec_json)["dim"], self.registry.cipher)
             elif engine.needs_deletion_features:
                 store = self._client_examples(row, key, ids, records, examples)
             else:
@@ -433,7 +436,8 @@ class ModelService:
             if certs is not None:
                 now = utcnow()
                 if isinstance(store, SqlRetained):
-                    store.erase([r.step for r in records])  # the forgotten examples leave the database
+                    # crypto-shredding: the data keys and the sealed examples leave the database
+                    erased = store.erase([r.step for r in records])
                 receipts = self.issuer.issue(s, row, engine, records, certs, now)
                 conn = s.connection()
                 conn.execute(_INSERT_FORGOTTEN, [
@@ -460,6 +464,8 @@ class ModelService:
             raise Problem(409, "deletion-capacity-exhausted", exhausted)
         self.registry.checkin(model_id, version, engine)
         self.records.committed(probe, None, version)
+        if erased:
+            self.db.scrub_wal()  # no WAL frame keeps the forgotten examples or their keys once we answer
         if self.metrics:
             for c in certs:
                 self.metrics.deletions.labels(c.mechanism).inc()
@@ -474,7 +480,7 @@ class ModelService:
             engine = self._checkout(s, row)
             if not engine.supports_retrain:
                 raise Problem(409, "retrain-not-supported", f"{row.algorithm} keeps no data to retrain on.")
-            engine.retrain(SqlRetained(s, model_id, json.loads(row.spec_json)["dim"]))
+            engine.retrain(SqlRetained(s, model_id, json.loads(row.spec_json)["dim"], self.registry.cipher))
             now = utcnow()
             row.epoch += 1
             row.rho_spent = 0.0

@@ -1,0 +1,380 @@
+"""Forgetting is total (issue 13, item 1): once unlearn (or DELETE of the model) has answered 2xx, no file of the
+data directory holds a byte of the forgotten example: features (float64, float32, decimal text), label, raw id.
+
+Every data-holding family on SQLite, in-process and as a real service SIGKILLed right after the answer and
+restarted; the crypto-shredding itself (the example's data key and sealed row are in no file, the WAL is cut);
+PostgreSQL: the retained tables never hold an example in the clear.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import numpy as np
+import pytest
+from sqlalchemy import create_engine, text
+
+from .conftest import start_server
+from .forensics import files_under, needles_of, scan
+from .procs import ServiceProcess, service_env
+
+DIM = 4
+FAMILIES = [("active_olu", {}), ("descent_to_delete", {}), ("memory_pair", {}), ("retrain", {}),
+            ("rewind_to_delete", {"initial_size": 8, "T": 40, "K": 10, "m_max": 3})]
+IDS = [a for a, _ in FAMILIES]
+# the forgotten example: distinctive features and label (squared loss), and a distinctive raw id
+X_FORGET = [0.3141592653589793, -0.16180339887498948, 0.1414213562373095, 0.05772156649015329]
+Y_FORGET = 0.2718281828459045
+N = 12
+AT = 5  # its index in the learned batch
+
+
+def _spec(algorithm: str, hp: dict) -> dict:
+    return {"name": "forget", "algorithm": algorithm, "loss": "squared", "dim": DIM,
+            "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0, "l2": 0.05,
+            "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": hp}
+
+
+def _batch(seed: int, tag: str):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-0.45, 0.45, size=(N, DIM))
+    y = rng.uniform(-0.9, 0.9, size=N)
+    X[AT], y[AT] = X_FORGET, Y_FORGET
+    ids = [f"keep-{tag}-{i}" for i in range(N)]
+    ids[AT] = f"forget-me-{tag}-{os.urandom(6).hex()}"
+    return ids, X, y
+
+
+def _learn(c, algorithm: str, hp: dict, seed: int):
+    r = c.post("/v1/models", json=_spec(algorithm, hp))
+    assert r.status_code == 201, r.text
+    mid = r.json()["id"]
+    ids, X, y = _batch(seed, algorithm)
+    r = c.post(f"/v1/models/{mid}/learn", json={"examples": [
+        {"id": rid, "x": x.tolist(), "y": float(v)} for rid, x, v in zip(ids, X, y)]})
+    assert r.status_code == 200, r.text
+    return mid, ids, X, y
+
+
+def _sqlite_server(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    return start_server(f"sqlite:///{data / 'olu.db'}", data, "sqlite")
+
+
+def _stop(handle, srv) -> None:
+    uv, thread = handle
+    uv.should_exit = True
+    thread.join(timeout=10)
+    srv.app.state.ctx.db.dispose()
+
+
+def _retained_steps(db_path, model_id: str) -> list[int]:
+    with sqlite3.connect(db_path) as conn:
+        return [s for (s,) in conn.execute("SELECT step FROM retained_examples WHERE model_id = ? ORDER BY step",
+                                           (model_id,))]
+
+
+@pytest.mark.parametrize("algorithm,hp", FAMILIES, ids=IDS)
+def test_unlearn_leaves_no_byte_in_the_data_directory(tmp_path, algorithm, hp):
+    srv, handle = _sqlite_server(tmp_path)
+    try:
+        _, key = srv.new_tenant()
+        with srv.client(key) as c:
+            mid, ids, X, y = _learn(c, algorithm, hp, seed=1)
+            assert AT + 1 in _retained_steps(srv.data_dir / "olu.db", mid)  # control: the example is retained
+            r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": [ids[AT]]})
+            assert r.status_code == 200, r.text
+            assert scan([srv.data_dir], needles_of(X[AT], Y_FORGET, ids[AT])) == []
+            assert AT + 1 not in _retained_steps(srv.data_dir / "olu.db", mid)
+            assert len(_retained_steps(srv.data_dir / "olu.db", mid)) == N - 1  # the others are still held
+            # and they still work: a further forget reads them (active_olu runs GD on them, memory_pair needs x)
+            assert c.post(f"/v1/models/{mid}/unlearn", json={"ids": [ids[AT + 1]]}).status_code == 200
+    finally:
+        _stop(handle, srv)
+
+
+def test_forgotten_data_key_and_sealed_row_are_in_no_file(tmp_path):
+    """Crypto-shredding: the forgotten example's wrapped data key and its ciphertext were on disk (control) and
+    are in no file once unlearn answered; the WAL is cut to zero bytes (no frame keeps a page from before)."""
+    srv, handle = _sqlite_server(tmp_path)
+    db = srv.data_dir / "olu.db"
+    try:
+        _, key = srv.new_tenant()
+        with srv.client(key) as c:
+            mid, ids, X, _ = _learn(c, "active_olu", {}, seed=2)
+            with sqlite3.connect(db) as conn:
+                sealed, = conn.execute("SELECT sealed FROM retained_examples WHERE model_id=? AND step=?",
+                                       (mid, AT + 1)).fetchone()
+                wrapped, = conn.execute("SELECT wrapped FROM retained_keys WHERE model_id=? AND step=?",
+                                        (mid, AT + 1)).fetchone()
+            needles = {"sealed": bytes(sealed)[12:60], "wrapped key": bytes(wrapped)[-48:]}
+            assert {n for _, n, _ in scan([srv.data_dir], needles)} == set(needles)  # control: both on disk
+            assert c.post(f"/v1/models/{mid}/unlearn", json={"ids": [ids[AT]]}).status_code == 200
+            assert scan([srv.data_dir], needles) == []
+            wal = srv.data_dir / "olu.db-wal"
+            assert not wal.exists() or wal.stat().st_size == 0
+            with sqlite3.connect(db) as conn:
+                assert conn.execute("SELECT count(*) FROM retained_keys WHERE model_id=?", (mid,)).fetchone()[0] \
+                    == conn.execute("SELECT count(*) FROM retained_examples WHERE model_id=?", (mid,)).fetchone()[0] \
+                    == N - 1
+    finally:
+        _stop(handle, srv)
+
+
+def test_model_deletion_leaves_no_byte_of_any_example(tmp_path):
+    srv, handle = _sqlite_server(tmp_path)
+    try:
+        _, key = srv.new_tenant()
+        with srv.client(key) as c:
+            learned = [_learn(c, algorithm, hp, seed=10 + k) for k, (algorithm, hp) in enumerate(FAMILIES)]
+            for mid, *_ in learned:
+                assert c.delete(f"/v1/models/{mid}").status_code == 204
+            for mid, ids, X, y in learned:
+                for i in range(N):  # every example of the deleted models, not only the distinctive one
+                    assert scan([srv.data_dir], needles_of(X[i], y[i], ids[i])) == [], (mid, i)
+                assert _retained_steps(srv.data_dir / "olu.db", mid) == []
+    finally:
+        _stop(handle, srv)
+
+
+def test_sigkill_right_after_the_unlearn_answer_then_restart(tmp_path):
+    """A real service process: unlearn answers 200, SIGKILL at once (no shutdown handler), scan; restart, scan."""
+    data = tmp_path / "data"
+    data.mkdir()
+    log = tmp_path / "service.log"  # outside the data directory, scanned too
+    env = service_env(data, f"sqlite:///{data / 'olu.db'}", OLU_LOG_LEVEL="DEBUG")
+    svc = ServiceProcess(env, log).start()
+    try:
+        _, key = svc.new_tenant()
+        needles = {}
+        with svc.client(key) as c:
+            learned = [_learn(c, algorithm, hp, seed=20 + k) for k, (algorithm, hp) in enumerate(FAMILIES)]
+            for mid, ids, X, y in learned:
+                for name, b in needles_of(X[AT], Y_FORGET, ids[AT]).items():
+                    needles[f"{mid} {name}"] = b
+            for n, (mid, ids, _, _) in enumerate(learned):
+                r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": [ids[AT]]})
+                assert r.status_code == 200, r.text
+                if n == len(learned) - 1:
+                    svc.kill()  # right after the last answer
+        assert scan([data, log], needles) == []
+        svc = ServiceProcess(env, log).start()
+        assert scan([data, log], needles) == []
+        assert files_under(data)  # control: the scan saw the database files
+        with svc.client(key) as c:  # (after the scan: uvicorn's access log at level info prints this raw path)
+            for mid, ids, _, _ in learned:  # the restarted service has every forget, and the others still retained
+                assert c.get(f"/v1/audit/records/{ids[AT]}").json()["models"][0]["status"] == "forgotten"
+                assert len(_retained_steps(data / "olu.db", mid)) == N - 1
+    finally:
+        svc.kill()
+
+
+def test_postgresql_retained_tables_hold_no_example_in_the_clear(postgres_url, tmp_path):
+    srv, handle = start_server(postgres_url, tmp_path, "postgresql")
+    try:
+        _, key = srv.new_tenant()
+        with srv.client(key) as c:
+            learned = [_learn(c, algorithm, hp, seed=30 + k) for k, (algorithm, hp) in enumerate(FAMILIES)]
+            eng = create_engine(postgres_url)
+            try:
+                mids = [m for m, *_ in learned]
+                for table in ("retained_examples", "retained_keys"):
+                    with eng.connect() as conn:
+                        rows = conn.execute(text(f"SELECT * FROM {table} WHERE model_id = ANY(:m)"),
+                                            {"m": mids}).all()
+                    assert len(rows) == N * len(FAMILIES)  # control: every example is retained (with its key)
+                    dump = b"|".join(bytes(v) if isinstance(v, (bytes, memoryview)) else str(v).encode()
+                                     for row in rows for v in row)
+                    for mid, ids, X, y in learned:
+                        for i in range(N):
+                            found = [n for n, b in needles_of(X[i], y[i]).items() if b in dump]
+                            assert found == [], (table, mid, i, found)
+                for mid, ids, _, _ in learned:
+                    assert c.post(f"/v1/models/{mid}/unlearn", json={"ids": [ids[AT]]}).status_code == 200
+                with eng.connect() as conn:
+                    for mid, *_ in learned:
+                        for table in ("retained_examples", "retained_keys"):
+                            steps = [s for (s,) in conn.execute(
+                                text(f"SELECT step FROM {table} WHERE model_id = :m"), {"m": mid})]
+                            assert AT + 1 not in steps and len(steps) == N - 1
+            finally:
+                eng.dispose()
+    finally:
+        _stop(handle, srv)
+
+
+def test_migration_0010_seals_existing_plaintext_examples(tmp_path):
+    """A database from before 0010 (examples in the clear): the upgrade seals every row, the start-up checkpoint
+    leaves no plaintext in any file, the examples still serve forgets and retrains; downgrade opens them back."""
+    from alembic import command
+
+    from app.config import Settings
+    from app.db.migrate import alembic_config
+    from app.main import create_app
+
+    data = tmp_path / "data"
+    data.mkdir()
+    url = f"sqlite:///{data / 'olu.db'}"
+    settings = Settings(data_dir=data, database_url=url, log_level="WARNING")
+    app = create_app(settings)
+    ctx = app.state.ctx
+    t = ctx.tenants.create_tenant("mig")["id"]
+    learned = []
+    for k, (algorithm, hp) in enumerate(FAMILIES):
+        m = ctx.models.create(t, _spec(algorithm, hp))["id"]
+        ids, X, y = _batch(40 + k, algorithm)
+        ctx.models.learn(t, m, ids, X, y)
+        learned.append((m, ids, X, y))
+    cipher = ctx.models.registry.cipher
+    ctx.db.dispose()
+
+    cfg = alembic_config(url)
+    cfg.attributes["cipher"] = cipher
+    command.downgrade(cfg, "0009")
+    with sqlite3.connect(data / "olu.db") as conn:  # control: the old layout holds the examples in the clear
+        x, yv = conn.execute("SELECT x, y FROM retained_examples WHERE model_id=? AND step=?",
+                             (learned[0][0], AT + 1)).fetchone()
+    assert bytes(x) == np.asarray(X_FORGET, dtype="<f8").tobytes() and yv == Y_FORGET
+    assert scan([data], needles_of(X_FORGET, Y_FORGET)) != []
+
+    app = create_app(settings)  # upgrades to head with the data directory's key, then checkpoints
+    ctx = app.state.ctx
+    try:
+        assert scan([data], needles_of(X_FORGET, Y_FORGET)) == []
+        for m, ids, X, y in learned:
+            assert _retained_steps(data / "olu.db", m) == list(range(1, N + 1))
+            ctx.models.unlearn(t, m, [ids[AT]])  # the sealed examples open: every family forgets on them
+            assert _retained_steps(data / "olu.db", m) == [s for s in range(1, N + 1) if s != AT + 1]
+        retrain = learned[IDS.index("retrain")][0]
+        ctx.models.retrain(t, retrain)
+        from app.db.retained import SqlRetained
+        m, ids, X, y = learned[0]
+        with ctx.db.read() as s:
+            got_X, got_y = SqlRetained(s, m, DIM, cipher).get([1, N])
+        assert np.array_equal(got_X, X[[0, N - 1]]) and np.array_equal(got_y, y[[0, N - 1]])
+    finally:
+        ctx.db.dispose()
+    command.downgrade(cfg, "0009")  # and back: the plaintext layout, every kept example intact
+    with sqlite3.connect(data / "olu.db") as conn:
+        x, yv = conn.execute("SELECT x, y FROM retained_examples WHERE model_id=? AND step=1",
+                             (learned[0][0],)).fetchone()
+        assert conn.execute("SELECT count(*) FROM retained_examples").fetchone()[0] == len(FAMILIES) * (N - 1)
+    assert bytes(x) == np.asarray(learned[0][2][0], dtype="<f8").tobytes() and yv == learned[0][3][0]
+
+
+def test_key_rotation_rewraps_the_data_keys_only(tmp_path):
+    """Rotating the encryption key (app.db.reseal) re-wraps every retained data key, leaves the sealed examples
+    byte for byte, and afterwards the new key alone opens them (the old one can be destroyed)."""
+    import base64
+
+    from app.crypto import Cipher, parse_key
+    from app.db.reseal import reseal_all
+    from app.db.retained import SqlRetained
+
+    k1, k2 = (base64.b64encode(os.urandom(32)).decode() for _ in range(2))
+    data = tmp_path / "data"
+    data.mkdir()
+    srv, handle = start_server(f"sqlite:///{data / 'olu.db'}", data, "sqlite", encryption_key=k1)
+    try:
+        _, key = srv.new_tenant()
+        with srv.client(key) as c:
+            mid, ids, X, y = _learn(c, "active_olu", {}, seed=50)
+        db = srv.app.state.ctx.db
+        with sqlite3.connect(data / "olu.db") as conn:
+            before = conn.execute("SELECT step, sealed FROM retained_examples ORDER BY step").fetchall()
+        counts = reseal_all(db, Cipher(parse_key(k2), [parse_key(k1)]))
+        assert counts["retained_keys"] == N
+        assert reseal_all(db, Cipher(parse_key(k2)))["retained_keys"] == 0
+        with sqlite3.connect(data / "olu.db") as conn:
+            assert conn.execute("SELECT step, sealed FROM retained_examples ORDER BY step").fetchall() == before
+        with db.read() as s:
+            got_X, got_y = SqlRetained(s, mid, DIM, Cipher(parse_key(k2))).get(range(1, N + 1))
+        assert np.array_equal(got_X, X) and np.array_equal(got_y, y)
+    finally:
+        _stop(handle, srv)
+
+
+def test_a_sealed_example_opens_only_with_its_own_key_and_place():
+    import base64
+
+    from app.crypto import Cipher, DecryptionError, parse_key
+    from app.db.retained import open_example, seal_example
+
+    cipher = Cipher(parse_key(base64.b64encode(os.urandom(32)).decode()))
+    sealed, wrapped = seal_example(cipher, "mdl_a", 6, np.array(X_FORGET), Y_FORGET)
+    text = open_example(cipher, "mdl_a", 6, sealed, wrapped)
+    assert text == np.append(X_FORGET, Y_FORGET).astype("<f8").tobytes()
+    assert scan_bytes(sealed + wrapped) == []  # nothing of it in the clear
+    other_sealed, other_wrapped = seal_example(cipher, "mdl_a", 7, np.array(X_FORGET), Y_FORGET)
+    assert other_sealed[12:] != sealed[12:]  # a fresh data key per example: equal examples, unrelated bytes
+    for args in (("mdl_a", 7, sealed, wrapped), ("mdl_b", 6, sealed, wrapped), ("mdl_a", 6, sealed, other_wrapped),
+                 ("mdl_a", 6, sealed[:-1] + bytes([sealed[-1] ^ 1]), wrapped)):
+        with pytest.raises(DecryptionError):
+            open_example(cipher, *args)
+    with pytest.raises(DecryptionError):  # without the service key the wrapped data key is useless
+        open_example(Cipher(os.urandom(32)), "mdl_a", 6, sealed, wrapped)
+
+
+def scan_bytes(data: bytes) -> list[str]:
+    return [n for n, b in needles_of(X_FORGET, Y_FORGET).items() if b in data]
+
+
+def test_migration_0010_on_postgresql_with_rows(tmp_path):
+    """The PostgreSQL path of 0010 (constraint names freed and restored, rows sealed, plaintext table dropped)
+    on a database of its own that holds examples, down to 0009 and up again."""
+    import secrets
+
+    from alembic import command
+    from sqlalchemy.engine import make_url
+
+    from app.config import Settings
+    from app.db.migrate import alembic_config
+    from app.main import create_app
+
+    from .conftest import PG_URL, _pg_admin_url
+
+    if not PG_URL:
+        pytest.skip("PostgreSQL tests need OLU_TEST_POSTGRES_URL (e.g. postgresql://postgres@127.0.0.1:5432/test)")
+    base = make_url(_pg_admin_url(PG_URL))
+    name = f"olu_mig8_{secrets.token_hex(4)}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = base.set(database=name).render_as_string(hide_password=False)
+    try:
+        settings = Settings(data_dir=tmp_path, database_url=url, log_level="WARNING")
+        ctx = create_app(settings).state.ctx
+        t = ctx.tenants.create_tenant("mig")["id"]
+        m = ctx.models.create(t, _spec("active_olu", {}))["id"]
+        ids, X, y = _batch(60, "pg")
+        ctx.models.learn(t, m, ids, X, y)
+        cfg = alembic_config(url)
+        cfg.attributes["cipher"] = ctx.models.registry.cipher
+        ctx.db.dispose()
+        command.downgrade(cfg, "0009")
+        eng = create_engine(url)
+        with eng.connect() as conn:
+            x, = conn.execute(text("SELECT x FROM retained_examples WHERE model_id=:m AND step=:s"),
+                              {"m": m, "s": AT + 1}).one()
+        assert bytes(x) == np.asarray(X_FORGET, dtype="<f8").tobytes()  # control: in the clear before 0010
+        command.upgrade(cfg, "head")
+        with eng.connect() as conn:
+            names = {r[0] for r in conn.execute(text(
+                "SELECT conname FROM pg_constraint WHERE conrelid IN ('retained_examples'::regclass, "
+                "'retained_keys'::regclass)"))}
+            assert names == {"pk_retained_examples", "fk_retained_examples_model_id_models",
+                             "pk_retained_keys", "fk_retained_keys_model_id_models"}
+            assert conn.execute(text("SELECT to_regclass('retained_examples_plain')")).scalar() is None
+            dump = b"".join(bytes(v) for row in conn.execute(text(
+                "SELECT e.sealed, k.wrapped FROM retained_examples e JOIN retained_keys k USING (model_id, step)"))
+                for v in row)
+        eng.dispose()
+        assert len(dump) > 0 and scan_bytes(dump) == []
+        ctx = create_app(settings).state.ctx
+        ctx.models.unlearn(t, m, [ids[AT]])  # the sealed examples open: the forget runs GD on them
+        ctx.db.dispose()
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
