@@ -138,6 +138,30 @@ def test_model_deletion_leaves_no_byte_of_any_example(tmp_path):
         _stop(handle, srv)
 
 
+def test_tenant_deletion_leaves_no_byte_of_any_example(tmp_path):
+    """DELETE /v1/tenants/{id} erases every model of the tenant (one erasure receipt each): afterwards no example of
+    any of them, nor its raw id, is in any file of the data directory (the WAL included)."""
+    srv, handle = _sqlite_server(tmp_path)
+    db = srv.data_dir / "olu.db"
+    try:
+        tenant_id, key = srv.new_tenant()
+        with srv.client(key) as c:
+            learned = [_learn(c, algorithm, hp, seed=30 + k) for k, (algorithm, hp) in enumerate(FAMILIES)]
+        with sqlite3.connect(db) as conn:  # control: the data-holding models hold sealed examples and their keys
+            assert conn.execute("SELECT count(*) FROM retained_keys").fetchone()[0] > 0
+        with srv.admin() as adm:
+            r = adm.delete(f"/v1/tenants/{tenant_id}")
+            assert r.status_code == 200, r.text
+        for mid, ids, X, y in learned:
+            for i in range(N):
+                assert scan([srv.data_dir], needles_of(X[i], y[i], ids[i])) == [], (mid, i)
+            assert _retained_steps(db, mid) == []
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT count(*) FROM retained_keys").fetchone()[0] == 0
+    finally:
+        _stop(handle, srv)
+
+
 def test_sigkill_right_after_the_unlearn_answer_then_restart(tmp_path):
     """A real service process: unlearn answers 200, SIGKILL at once (no shutdown handler), scan; restart, scan."""
     data = tmp_path / "data"
