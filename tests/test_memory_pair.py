@@ -416,7 +416,7 @@ def test_settings_measured_under_noised_are_refused(hp, words):
     u = UncertifiedMemoryPair(sp, SeededNoise(1))
     u.learn(X, y)
     (c,) = u.forget([20], ArrayRetained(steps, X, y))
-    assert c.mechanism == "gaussian"
+    assert c.mechanism == "discrete_gaussian"
 
 
 def test_defaults():

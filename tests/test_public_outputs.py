@@ -239,7 +239,7 @@ def test_migration_withdraws_the_data_dependent_numbers_stored_before(tmp_path):
     from alembic import command
     from sqlalchemy import create_engine, text
 
-    from app.db.migrate import alembic_config
+    from app.db.migrate import alembic_config, upgrade_to_head
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     app = create_app(Settings(data_dir=tmp_path, log_level="WARNING", database_url=url))
@@ -252,8 +252,10 @@ def test_migration_withdraws_the_data_dependent_numbers_stored_before(tmp_path):
     (X, y), _ = _streams(5)
     ctx.models.learn(t, m, [f"r{i}" for i in range(N)], X[:N], y[:N])
     public = ctx.models.ledger(t, m)["details"]
+    cipher = ctx.models.registry.cipher
     ctx.db.dispose()
     cfg = alembic_config(url)
+    cfg.attributes["cipher"] = cipher  # migration 0010's downgrade opens the sealed retained examples
     command.downgrade(cfg, "0007")
     eng = create_engine(url)
     with eng.begin() as conn:  # what the old code stored
@@ -262,7 +264,9 @@ def test_migration_withdraws_the_data_dependent_numbers_stored_before(tmp_path):
                        "inference_allowed": False})
         conn.execute(text("UPDATE models SET ledger_json = :l WHERE id = :m"), {"l": json.dumps(ledger), "m": m})
     eng.dispose()
-    command.upgrade(cfg, "head")
+    eng = create_engine(url)
+    upgrade_to_head(eng, cipher)  # migration 0010 seals retained examples with the service's key
+    eng.dispose()
     app = create_app(Settings(data_dir=tmp_path, log_level="WARNING", database_url=url))
     try:
         details = app.state.ctx.models.ledger(t, m)["details"]
