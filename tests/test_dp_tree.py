@@ -197,6 +197,14 @@ def test_every_released_node_value_is_a_lattice_point_of_the_rounded_node_sum():
         assert np.array_equal(e.tree.released(), want.sum(axis=0))
     # the continuous float node noise of the old mechanism is not on any grid
     assert not on_grid(e.tree.released() + 1e-7, g)
+    # a gradient whose float norm exceeds L is clipped in exact integers to ||r||^2 <= M (Delta' holds)
+    r = e.leaf(np.array([3.0, -4.0, 1e-3, 2.0]) * e.L)
+    assert r.dtype == np.int64 and 0.999 * e.leaf_cap < sum(int(v) ** 2 for v in r) <= e.leaf_cap
+    assert np.array_equal(e.leaf(np.array([0.3, -0.2, 0.1, 0.0])), np.rint(np.array([0.3, -0.2, 0.1, 0.0]) / g))
+    # a noise scale beyond the int64 lattice is refused at creation, not overflowed
+    OnlineDPTree(tspec(horizon=10**12, k=10**9, group_privacy="gaussian_group"))
+    with pytest.raises(SpecError, match="64-bit"):
+        OnlineDPTree(tspec(horizon=10**12, k=10**12, group_privacy="gaussian_group"))
 
 
 # ---- private FTRL against non-private FTRL ---------------------------------------------------------------------
