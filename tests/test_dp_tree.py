@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from app.db.state_codec import pack_state, unpack_state
 from app.privacy import epsilon_from_rho
 from app.unlearning import ALGORITHMS
 from app.unlearning.base import CapacityExhausted, ForgetError, InputError, ModelSpec, SpecError
@@ -13,6 +14,7 @@ from app.unlearning.domain import project_l2_ball
 from app.unlearning.dp_tree import OnlineDPTree, decomposition, group_factor, levels_for
 from app.unlearning.losses import augment
 from app.unlearning.noise import SeededNoise
+from app.unlearning.release import MECHANISM, grid_resolution, on_grid
 from app.registry import rho_from_epsilon_delta
 from tests.olu_streams import PROBE, mixed_stream
 
@@ -29,15 +31,25 @@ class ZeroNoise:
     def standard_normal(self, size):
         return np.zeros(size)
 
+    def discrete_gaussian(self, sigma, size):
+        return np.zeros(size, dtype=np.int64)
 
-def ftrl(s: ModelSpec, lam: float, X, y, noise_at=None) -> np.ndarray:
+
+def ftrl(s: ModelSpec, lam: float, X, y, noise_at=None, grid=None) -> np.ndarray:
     """Plain non-private FTRL with linearised losses, w_{t+1} = Pi_K(-(g_1 + ... + g_t) / lambda), or (variant
     strongly_convex) on the quadratic lower bounds, w_{t+1} = Pi_K((mu (w_1 + ... + w_t) - G_t) / (mu t + lambda));
-    the published parameters after each step.  ``noise_at(t)`` perturbs the prefix sum (the FTRL response to it)."""
+    the published parameters after each step.  ``noise_at(t)`` perturbs the prefix sum (the FTRL response to it);
+    with ``grid`` every gradient is rounded to it and the prefix sum is grid * (integer sum of the roundings)."""
     e = OnlineDPTree(s, ZeroNoise())  # only for its loss and variant
     w, G, W, out = np.zeros(4), np.zeros(4), np.zeros(4), []
+    Gi = np.zeros(4, dtype=np.int64)
     for t, (x, label) in enumerate(zip(augment(X), y), start=1):
-        G = G + e.loss.grad(w, x, label)
+        g = e.loss.grad(w, x, label)
+        if grid is None:
+            G = G + g
+        else:
+            Gi = Gi + np.rint(g / grid).astype(np.int64)
+            G = grid * Gi
         Gn = G if noise_at is None else G + noise_at(t)
         if e.variant == "strongly_convex":
             W = W + w
@@ -98,16 +110,19 @@ def test_hyperparameters_and_calibration():
 
 
 # ---- the tree mechanism's noise ------------------------------------------------------------------------------------
-def tree_noise_samples(cls, T: int, runs: int) -> np.ndarray:
-    """(runs, T, d+1): the released prefix sum minus the true prefix sum after each step, over seeded runs."""
+def tree_noise_samples(cls, T: int, runs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(runs, T, d+1) twice: the released prefix sum minus the exact prefix sum of the rounded gradients after
+    each step, and the integer noise k of the node that completed at that step, over seeded runs."""
     X, y = mixed_stream(np.random.default_rng(0), T)
-    out = np.empty((runs, T, 4))
+    out, node = np.empty((runs, T, 4)), np.empty((runs, T, 4))
     for r in range(runs):
         e = cls(tspec(horizon=T), SeededNoise(r))
-        for t in range(T):
-            e.learn(X[t : t + 1], y[t : t + 1])
-            out[r, t] = e.tree.released() - e.tree.G
-    return out
+        for t in range(1, T + 1):
+            e.learn(X[t - 1 : t], y[t - 1 : t])
+            out[r, t - 1] = e.tree.released() - e.tree.G
+            h = (t & -t).bit_length() - 1
+            node[r, t - 1] = e.tree.rel[h] - e.tree.acc[h]
+    return out, node
 
 
 def tree_noise_ok(b: np.ndarray, sigma: float) -> bool:
@@ -130,21 +145,66 @@ class FreshNoisePerRelease(OnlineDPTree):
 
     def learn(self, X, y, retained=None):
         steps = super().learn(X, y, retained)
-        self.tree.node_noise[:] = 0.0
-        self.tree.node_noise[0] = self.node_noise(4) if self.tree.t & 1 else 0.0
-        if not self.tree.t & 1:
-            self.tree.node_noise[(self.tree.t & -self.tree.t).bit_length() - 1] = self.node_noise(4)
+        t = self.tree.t
+        self.tree.rel[:] = self.tree.acc  # drop the tree's noise, then noise only the newest node afresh
+        self.tree.rel[(t & -t).bit_length() - 1] += self.node_noise(4)
         return steps
 
 
 def test_tree_noise_has_its_stated_variance_and_covariance():
-    b = tree_noise_samples(OnlineDPTree, 16, 600)
-    sigma = OnlineDPTree(tspec(horizon=16)).sigma
+    """The node noise is the discrete Gaussian N_Z(0, (sigma'/g)^2) in grid units: variance sigma'^2 per
+    coordinate and node in parameter units (CKS20 Cor. 9: strictly below sigma'^2, by a factor 1 - O(e^{-2 pi^2
+    (sigma'/g)^2}) here); released-minus-exact prefix sums have covariance sigma'^2 * (shared nodes)."""
+    e = OnlineDPTree(tspec(horizon=16))
+    sigma = e.node_sigma
+    assert sigma == e.sigma_grid * e.grid and sigma >= e.sigma * e.node_sensitivity / e.L
+    b, k = tree_noise_samples(OnlineDPTree, 16, 600)
+    assert np.array_equal(k, np.rint(k)) and np.array_equal(b / e.grid, np.rint(b / e.grid))  # integers, lattice
+    # per node: 600 runs x 16 nodes x 4 coordinates of k; its variance in grid units is (sigma'/g)^2
+    vk = float((k**2).mean()) / e.sigma_grid**2
+    assert vk == pytest.approx(1.0, abs=4.5 * math.sqrt(2.0 / k.size)), vk
     assert tree_noise_ok(b, sigma)
     var = (b / sigma).var(axis=(0, 2))
     for t in (1, 3, 7, 8, 15, 16):
         assert var[t - 1] == pytest.approx(bin(t).count("1"), rel=0.12), (t, var[t - 1])
-    assert not tree_noise_ok(tree_noise_samples(FreshNoisePerRelease, 16, 600), sigma)
+    assert not tree_noise_ok(tree_noise_samples(FreshNoisePerRelease, 16, 600)[0], sigma)
+
+
+def test_every_released_node_value_is_a_lattice_point_of_the_rounded_node_sum():
+    """Each node releases g (round-sum of its leaves + k) with k the seeded N_Z(0, (sigma'/g)^2) draw made when it
+    completed, on the public power-of-two grid g = grid_resolution(L, d + 1, L T); the released prefix sum is the
+    sum of the released node values of the decomposition of t, and it and the nodes are lattice points."""
+    T = 37
+    s = tspec(horizon=T, radius=0.5)
+    X, y = mixed_stream(np.random.default_rng(11), T)
+    e = OnlineDPTree(s, SeededNoise(4))
+    g = e.grid
+    assert g == grid_resolution(e.L, 4, e.L * T) and math.frexp(g)[0] == 0.5 and g < e.L / 1000
+    draws = SeededNoise(4)
+    leaves, played, ks = [], np.zeros(4), []
+    for t in range(1, T + 1):
+        leaves.append(np.rint(e.loss.grad(played, augment(X[t - 1 : t])[0], y[t - 1]) / g).astype(np.int64))
+        ks.append(draws.discrete_gaussian(e.sigma_grid, 4))
+        e.learn(X[t - 1 : t], y[t - 1 : t])
+        played = e.published()
+        values = e.tree.node_values()
+        assert on_grid(values, g) and on_grid(e.tree.released(), g)
+        want = np.zeros_like(values)
+        for a, b in decomposition(t):
+            h = (b - a + 1).bit_length() - 1
+            want[h] = g * (np.sum(leaves[a - 1 : b], axis=0) + ks[b - 1])
+        assert np.array_equal(values, want), t
+        assert np.array_equal(e.tree.released(), want.sum(axis=0))
+    # the continuous float node noise of the old mechanism is not on any grid
+    assert not on_grid(e.tree.released() + 1e-7, g)
+    # a gradient whose float norm exceeds L is clipped in exact integers to ||r||^2 <= M (Delta' holds)
+    r = e.leaf(np.array([3.0, -4.0, 1e-3, 2.0]) * e.L)
+    assert r.dtype == np.int64 and 0.999 * e.leaf_cap < sum(int(v) ** 2 for v in r) <= e.leaf_cap
+    assert np.array_equal(e.leaf(np.array([0.3, -0.2, 0.1, 0.0])), np.rint(np.array([0.3, -0.2, 0.1, 0.0]) / g))
+    # a noise scale beyond the int64 lattice is refused at creation, not overflowed
+    OnlineDPTree(tspec(horizon=10**12, k=10**9, group_privacy="gaussian_group"))
+    with pytest.raises(SpecError, match="64-bit"):
+        OnlineDPTree(tspec(horizon=10**12, k=10**12, group_privacy="gaussian_group"))
 
 
 # ---- private FTRL against non-private FTRL ---------------------------------------------------------------------
@@ -152,10 +212,19 @@ def test_tree_noise_has_its_stated_variance_and_covariance():
                                        (0.3, {"variant": "strongly_convex", "lambda": 0.5})])
 def test_zero_noise_is_nonprivate_ftrl_exactly(radius, hp):
     X, y = mixed_stream(np.random.default_rng(5), 50)
+    """With the node noise k = 0 the engine runs its real path (rounding every gradient to the public grid, exact
+    integer node sums): it is bit for bit FTRL on the grid-rounded gradients -- integer sums do not depend on the
+    tree's summation order -- and within the rounding of float FTRL."""
     s = tspec(horizon=50, radius=radius, **hp)
     e = OnlineDPTree(s, ZeroNoise())
     got = run(e, X, y)
-    assert np.array_equal(got, ftrl(s, e.lam, X, y))
+    assert np.array_equal(got, ftrl(s, e.lam, X, y, grid=e.grid))
+    plain = ftrl(s, e.lam, X, y)
+    assert not np.array_equal(got, plain)  # the rounding is there
+    # after one step the prefix sums differ by the rounding of g_1 only, ||.|| <= g sqrt(d+1)/2; Pi_K is
+    # non-expansive, so the plays differ by at most that over the step's denominator (lambda or mu + lambda)
+    den = e.lam + (s.l2 if e.strongly_convex else 0.0)
+    assert np.linalg.norm(got[0] - plain[0]) <= e.grid * math.sqrt(4) / 2 / den * (1 + 1e-9)
     if radius < 1:
         assert np.isclose(np.linalg.norm(got, axis=1), radius).sum() > 25  # the projection is active
 
@@ -171,10 +240,11 @@ def test_private_iterate_is_ftrl_response_to_the_tree_noise(seed, variant):
     e = OnlineDPTree(s, SeededNoise(seed))  # radius 1e9: no projection, the response to the noise is linear
     got = run(e, X, y)
     draws = SeededNoise(seed)
-    Z = np.array([draws.standard_normal(4) for _ in range(T)])  # the one draw of step t is the node ending at t
-    b = np.array([e.sigma * sum(Z[end - 1] for _, end in decomposition(t)) for t in range(1, T + 1)])
+    Z = np.array([draws.discrete_gaussian(e.sigma_grid, 4) for _ in range(T)])  # step t's draw: the node ending at t
+    b = np.array([e.grid * sum(Z[end - 1] for _, end in decomposition(t)) for t in range(1, T + 1)])
     played = np.vstack([np.zeros(4), got[:-1]])
-    G = np.cumsum([e.loss.grad(w, x, label) for w, x, label in zip(played, augment(X), y)], axis=0)
+    G = e.grid * np.cumsum([np.rint(e.loss.grad(w, x, label) / e.grid).astype(np.int64)
+                            for w, x, label in zip(played, augment(X), y)], axis=0)
     if variant == "convex":
         num, den = -G, e.lam
     else:  # mu (w_1 + ... + w_t) - G_t over mu t + lambda, the played points being public
@@ -182,18 +252,23 @@ def test_private_iterate_is_ftrl_response_to_the_tree_noise(seed, variant):
     assert np.allclose(got, (num - b) / den, rtol=1e-12, atol=1e-12)
     assert np.allclose(got - num / den, -b / den, rtol=1e-9, atol=1e-15)
     # the same through the reference FTRL fed the same noise
-    assert np.allclose(got, ftrl(s, e.lam, X, y, noise_at=lambda t: b[t - 1]), rtol=1e-12, atol=1e-12)
+    assert np.allclose(got, ftrl(s, e.lam, X, y, noise_at=lambda t: b[t - 1], grid=e.grid), rtol=1e-12, atol=1e-12)
+    if variant == "convex":  # lattice sums are exact: -(G + b) / lambda is the very float the engine computes
+        assert np.array_equal(got, (num - b) / den)
     control = run(FreshNoisePerRelease(s, SeededNoise(seed)), X, y)
     assert not np.allclose(control, (num - b) / den, rtol=1e-6)
 
 
 def node_divergence(e: OnlineDPTree, g: np.ndarray, U, sigma: float) -> float:
-    """sum over every node of the tree of ||sum of the skipped records' gradients in it||^2 / (2 sigma^2)."""
+    """sum over every node of the tree of ||g * sum of the skipped records' rounded gradients in it||^2 /
+    (2 sigma^2): the divergence of the discrete node releases (CKS20 Thm 14), the released lattice sums of the two
+    worlds differing by exactly the skipped leaves."""
     T, realized = len(g), 0.0
+    r = e.grid * np.array([e.leaf(gu) for gu in g], dtype=float)
     for h in range(levels_for(e.horizon)):
         for j in range(T >> h):
             node = range(j * 2**h + 1, (j + 1) * 2**h + 1)
-            diff = sum((g[u - 1] for u in U if u in node), np.zeros(4))
+            diff = sum((r[u - 1] for u in U if u in node), np.zeros(4))
             realized += float(diff @ diff) / (2 * sigma**2)
     return realized
 
@@ -212,23 +287,29 @@ def test_realized_group_divergence_of_the_node_releases_is_within_the_charge():
     e = OnlineDPTree(s, ZeroNoise())
     played = np.vstack([np.zeros(4), run(e, X, y)[:-1]])
     g = np.array([e.loss.grad(w, x, label) for w, x, label in zip(played, augment(X), y)])
-    tight = node_divergence(e, g, [61, 62, 63, 64], e.sigma)
+    tight = node_divergence(e, g, [61, 62, 63, 64], e.node_sigma)
     assert 0.6 * e.rho_olu <= tight <= e.rho_olu * (1 + 1e-9), tight / e.rho_olu
-    assert node_divergence(e, g, [61, 62, 63, 64], e.sigma / 10) > e.rho_olu
+    assert node_divergence(e, g, [61, 62, 63, 64], e.node_sigma / 10) > e.rho_olu
     rng = np.random.default_rng(0)
     for _ in range(20):
         U = rng.choice(np.arange(1, T + 1), size=rng.integers(1, k + 1), replace=False)
-        assert node_divergence(e, g, U, e.sigma) <= e.rho_olu * (1 + 1e-9)
+        assert node_divergence(e, g, U, e.node_sigma) <= e.rho_olu * (1 + 1e-9)
     # Proposition 1's calibration is more conservative still
     e1 = OnlineDPTree(tspec(horizon=T, k=k, radius=50.0, l2=0.0, **{"lambda": 10.0}), ZeroNoise())
-    assert node_divergence(e1, g, [61, 62, 63, 64], e1.sigma) <= e1.rho_olu * k**2 / group_factor(k, "proposition_1")
+    assert node_divergence(e1, g, [61, 62, 63, 64], e1.node_sigma) <= e1.rho_olu * k**2 / group_factor(k, "proposition_1")
 
 
 # ---- ledger, deletions, horizon ---------------------------------------------------------------------------------
 def test_ledger_charged_at_creation_deletions_free():
     s = tspec(horizon=30, k=3)
     e = OnlineDPTree(s, SeededNoise(3))
-    assert e.creation_charge() == {"sigma": e.sigma, "rho": e.rho_olu}
+    # the creation charge names the node mechanism: discrete Gaussian of scale sigma' on the grid, sensitivity
+    # Delta' = g sqrt(M) >= L + g sqrt(d + 1) / 2 (rounded leaves), rho per node Delta'^2 / (2 sigma'^2) <= L^2 / (2 sigma^2)
+    assert e.creation_charge() == {"sigma": e.node_sigma, "rho": e.rho_olu, "mechanism": MECHANISM, "grid": e.grid,
+                                   "sensitivity": e.node_sensitivity}
+    assert e.node_sensitivity >= e.L + e.grid * math.sqrt(4) / 2 and e.node_sensitivity < e.L * (1 + 1e-3)
+    assert e.rho_node <= e.L**2 / (2 * e.sigma**2) and e.group * e.levels * e.rho_node <= e.rho_olu
+    assert e.ledger()["mechanism"] == MECHANISM and e.ledger()["grid"] == e.grid
     assert e.ledger()["rho_spent"] == e.rho_olu and e.ledger()["capacity_left"] == 3
     X, y = mixed_stream(np.random.default_rng(3), 30)
     e.learn(X[:20], y[:20])
@@ -236,9 +317,10 @@ def test_ledger_charged_at_creation_deletions_free():
     before = e.published()
     c1, c2 = e.forget([4, 20])
     for i, c in enumerate((c1, c2), start=1):
-        assert (c.mechanism, c.rho, c.sigma, c.sensitivity, c.deletion_index) == ("dp_from_start", 0.0, e.sigma,
-                                                                                  e.L, i)
+        assert (c.mechanism, c.rho, c.sigma, c.sensitivity, c.deletion_index) == (
+            "dp_from_start", 0.0, e.node_sigma, e.node_sensitivity, i)
         assert c.details["rho_charged_at_creation"] == e.rho_olu and c.forgotten_step == 20
+        assert c.details["grid"] == e.grid
     assert np.array_equal(before, e.published())  # a deletion changes nothing
     assert e.ledger()["rho_spent"] == e.rho_olu and e.ledger()["capacity_left"] == 1 and e.status == "ready"
     with pytest.raises(CapacityExhausted):
@@ -271,6 +353,11 @@ def test_state_round_trip():
         e.learn(X[23:], y[23:])
     for key, v in a.state().items():
         assert np.array_equal(np.asarray(v), np.asarray(b.state()[key])), key
+    # through the stored codec: the integer tree comes back exactly, and continues identically
+    c = OnlineDPTree.from_state(s, unpack_state(pack_state(a.state())), SeededNoise(5))
+    for key, v in a.state().items():
+        assert np.array_equal(np.asarray(v), np.asarray(c.state()[key])), key
+    assert c.state()["node_sums"].dtype == np.int64 and np.array_equal(c.tree.released(), a.tree.released())
     with pytest.raises(ValueError):
         OnlineDPTree.from_state(tspec(horizon=400), a.state())
 
@@ -295,6 +382,8 @@ def test_online_dp_tree_over_http(server, tenant):
     assert charge == pytest.approx(ledger["rho_budget"], rel=1e-12) and charge > 0  # charged at creation
     assert ledger["epsilon"] == pytest.approx(1.0, rel=1e-6) and ledger["capacity_left"] == 3
     assert [(e["kind"], e["step"], e["rho"]) for e in ledger["entries"]] == [("creation", 0, charge)]
+    assert ledger["entries"][0]["sigma"] == model["constants"]["node_sigma"]
+    assert ledger["details"]["mechanism"] == "discrete_gaussian" and ledger["details"]["grid"] == model["constants"]["grid"]
     assert model["ledger_summary"]["rho_spent"] == charge
     X = unit_rows(41, 3, seed=4)
     assert c.post(f"/v1/models/{mid}/learn", json={"examples": examples(X[:30])}).status_code == 200
@@ -305,6 +394,8 @@ def test_online_dp_tree_over_http(server, tenant):
     for receipt in r.json()["receipts"]:
         assert verify_receipt(receipt, keys) and receipt["algorithm"] == "online_dp_tree"
         assert receipt["mechanism"]["type"] == "dp_from_start" and receipt["mechanism"]["rho"] == 0.0
+        assert receipt["mechanism"]["grid"] == model["constants"]["grid"] and receipt["mechanism"]["rounding"]
+        assert receipt["mechanism"]["sigma"] == model["constants"]["node_sigma"]
         assert receipt["ledger_after"]["rho_spent"] == charge
         assert receipt["guarantee"]["epsilon"] == pytest.approx(1.0, rel=1e-6)
     after = c.get(f"/v1/models/{mid}/parameters").json()

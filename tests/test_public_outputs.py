@@ -50,6 +50,7 @@ FAMILIES = [
     ("memory_pair", {"capacity": 8, "inference_gate": True, "gamma": 2.0}, False),
     ("memory_pair", {"capacity": 8, "deletion_features": "client"}, False),
     ("rewind_to_delete", {"initial_size": 20, "T": 60, "K": 20, "m_max": 3, "learn_policy": "retrain"}, False),
+    ("online_dp_tree", {"horizon": 40, "max_deletions": 3}, False),  # ledger/receipts name the grid: public only
 ]
 
 # ids, times, signatures and values keyed by per-tenant secrets differ between any two runs, whatever the data

@@ -29,10 +29,12 @@ def guarantee_of(engine: Unlearner) -> dict[str, str]:
 def mechanism_fields(cert: Certificate) -> dict[str, Any]:
     """The receipt's ``mechanism``: type ("discrete_gaussian" or "exact"), sigma, sensitivity and rho, and for the
     discrete Gaussian the declared grid resolution g (published = g * integer before any projection) and the
-    rounding of the secret state onto it (app/unlearning/release.py)."""
+    rounding of the secret state onto it (app/unlearning/release.py).  A ``dp_from_start`` certificate (paid at
+    creation) names the grid of the discrete Gaussian its releases used when it has one (sigma, sensitivity: the
+    per-release figures)."""
     out: dict[str, Any] = {"type": cert.mechanism, "sigma": cert.sigma, "sensitivity": cert.sensitivity,
                            "rho": cert.rho}
-    if cert.mechanism == MECHANISM:
+    if cert.mechanism == MECHANISM or (cert.mechanism == "dp_from_start" and cert.details.get("grid", 0.0) > 0.0):
         out["grid"] = float(cert.details.get("grid", 0.0))
         out["rounding"] = ROUNDING
     return out

@@ -11,19 +11,39 @@ g_t = grad f_t(w_t).  The next play is
 where G^_t is the prefix sum G_t = g_1 + ... + g_t released by **tree-based aggregation** (the binary counting
 mechanism, Dwork, Naor, Pitassi & Rothblum 2010; Chan, Shi & Song 2011, Alg. 2): every dyadic interval
 [j 2^h + 1, (j + 1) 2^h] is a node; when it completes (at step (j + 1) 2^h, the step whose lowest set bit is h) its
-gradient sum is released once with its own noise N(0, sigma^2 I); G^_t is the sum of the released nodes of the
-binary decomposition of t (one per set bit of t, popcount(t) nodes), so G^_t - G_t has covariance
-popcount(t) sigma^2 I.  We keep the exact G_t and the noise of the currently completed node of every level and
-compute G^_t = G_t + sum_{bits j of t} noise_j: the same number as summing the noisy nodes (exactly, up to float
-rounding), and with zero noise it is bit for bit the non-private FTRL.  Cost O(d log T) per step, O(d) per forget.
+gradient sum is released once with its own noise; G^_t is the sum of the released nodes of the binary
+decomposition of t (one per set bit of t, popcount(t) nodes), so G^_t - G_t has covariance popcount(t) sigma'^2 I.
+Cost O(d log T) per step, O(d) per forget.
+
+Discrete noise (issue 14 item 1; app/unlearning/release.py).  Every node is released through the exact discrete
+Gaussian on a public power-of-two grid g = release.grid_resolution(L, d + 1, L T) (L T bounds |node sum|, so node
+sums stay below ~2^53 grid units):
+    leaf      r_t = round(g_t / g)  (nearest, ties to even; an int64 vector, clipped in exact integers to
+              ||r_t||^2 <= M = ceil((L/g + sqrt(d+1)/2)^2), which binds only if float round-off pushes ||g_t|| past L)
+    node      S = sum of the leaves r_s in the dyadic interval (exact integer arithmetic: Chan et al. Alg. 2's
+              alpha_h = r_t + alpha_0 + ... + alpha_{h-1})
+    released  g (S + k),  k ~ N_Z(0, (sigma'/g)^2)^(d+1)  (noise.discrete_gaussian: CKS20's exact sampler)
+    prefix    G^_t = g * (sum of the released integers of the decomposition of t), one exact multiplication.
+Rounding each leaf (rather than each float node sum, g round(s_node/g)) keeps the node sums exact: the two worlds'
+other leaves are bit-identical (conditioned on the earlier releases the played points, hence the other gradients,
+are the same floats), so their node sums differ by exactly r_u, ||r_u|| <= sqrt(M) <= L/g + sqrt(d+1)/2 -- no
+float summation error enters, and the lattice sensitivity Delta' = g sqrt(M) <= L + g sqrt(d+1)/2 (+ the ceil) is
+below the L + g sqrt(d+1) of rounding the node sums.  The node scale is sigma' = sigma Delta'/L, with sigma'/g
+rounded up to 30 significant bits for the compiled sampler (sigma_for_fast_path), so by CKS20 Thm 14 each node is
+rho_node = Delta'^2 / (2 sigma'^2) <= L^2 / (2 sigma^2)-zCDP: the per-node charge the analysis below uses, and
+the charge made at creation is unchanged.  Every integer held stays below 2^62 (checked at creation, with the
+noise's 64 sigma'/g tail), so int64 never overflows.  The state stores the exact integer node sums (secret) and
+the released integers of the decomposition's nodes.  With k = 0 the engine is, bit for bit, FTRL on the
+grid-rounded gradients (integer sums do not depend on the tree's summation order).
 
 Privacy (derived, GTS13 Thm 3 / Chan et al. Thm 3.5 in zCDP form).  Neighbouring streams: the OLU reference run
-replaces the deleted record f_u by the skip symbol (digest §1.4), i.e. leaf u contributes 0 instead of g_u:
-*removal*, so a node's sensitivity is ||g_u|| <= L (2L would be for replacing a record by another).  Conditioned
-on the earlier releases (which fix the played points w_s, hence every other g_s), the two streams' node sums differ
-only in the nodes containing u: one per level, and a horizon T has levels = floor(log2 T) + 1 = T.bit_length()
-levels of nodes that ever complete.  Each node is a Gaussian mechanism with rho = L^2 / (2 sigma^2) (Bun & Steinke
-2016 Prop. 1.6) and zCDP composes adaptively, so the whole published sequence is
+replaces the deleted record f_u by the skip symbol (digest §1.4), i.e. leaf u contributes 0 instead of r_u:
+*removal*, so a node's lattice sensitivity is g ||r_u|| <= Delta' (about L; 2L would be for replacing a record by
+another).  Conditioned on the earlier releases (which fix the played points w_s, hence every other g_s), the two
+streams' node sums differ only in the nodes containing u: one per level, and a horizon T has
+levels = floor(log2 T) + 1 = T.bit_length() levels of nodes that ever complete.  Each node is a discrete Gaussian
+mechanism with rho_node = Delta'^2 / (2 sigma'^2) <= L^2 / (2 sigma^2) (CKS20 Thm 14; the continuous Gaussian's
+Bun & Steinke 2016 Prop. 1.6 figure) and zCDP composes adaptively, so the whole published sequence is
 
     rho_tree = levels * L^2 / (2 sigma^2)  -zCDP  for one skipped record.
 
@@ -36,12 +56,15 @@ OLU (Proposition 1, digest §1.7).  The stream with the first i <= k deletions s
       (alpha/k, k^1.6 eps) with eps = alpha rho_tree).  Only orders >= 2 are covered, so the (epsilon, delta) the
       ledger reports is CKS20's conversion minimised over alpha >= 2 only.
   "gaussian_group" (tighter, derived): with k skipped records a node's sums differ by at most n_node L, n_node the
-      skipped records inside it; per level sum n_node^2 <= k^2, so rho_olu = k^2 rho_tree for every alpha > 1
+      skipped records inside it (n_node Delta' on the lattice); per level sum n_node^2 <= k^2, so
+      rho_olu = k^2 rho_tree for every alpha > 1
       (zCDP group privacy, Bun & Steinke 2016 Prop. 1.9, made exact for this mechanism).
 The node sigma is calibrated so that rho_olu equals the model's budget rho: sigma = L sqrt(levels * group / (2 rho)).
 The whole budget is charged when the model is created (the declared horizon T and max_deletions k): the ledger
-shows rho_spent = rho_olu from the start, and every deletion is free (certificate mechanism "dp_from_start",
-rho = 0, referring to the creation charge).  Learning beyond T, or deletion k + 1, is refused.
+shows rho_spent = rho_olu from the start (ledger entry kind "creation" with sigma = sigma'; the engine ledger's
+details name mechanism "discrete_gaussian", the grid, sigma' and Delta'), and every deletion is free (certificate
+mechanism "dp_from_start", rho = 0, sigma = sigma', sensitivity = Delta', details["grid"] = g; its receipt names
+the grid and the rounding, referring to the creation charge).  Learning beyond T, or deletion k + 1, is refused.
 
 Strongly convex losses (``variant`` "strongly_convex", opt-in; GTS13's PFTAL for strongly convex losses): f_s is mu-strongly convex (mu = l2), so f_s(w) >= f_s(w_s) + <g_s, w - w_s> + (mu/2)||w - w_s||^2 and FTRL
 runs on these quadratic lower bounds:
@@ -67,15 +90,19 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .base import CapacityExhausted, ForgetError, InputError, ModelSpec, RetainedData, SpecError, Unlearner
+from . import release
 from .certificate import Certificate
 from .domain import project_l2_ball
+from .fast_dgauss import sigma_for_fast_path
 from .losses import augment
 from .noise import NoiseSource
 from .passive import _number, _positive_int
 
 GROUP_PRIVACY = ("proposition_1", "gaussian_group")
 VARIANTS = ("convex", "strongly_convex")
-MAX_HORIZON = 10**12  # 40 tree levels; the state holds one noise vector per level
+MAX_HORIZON = 10**12  # 40 tree levels; the state holds two integer vectors per level
+INT_BOUND = 2**62     # every integer the tree holds (node sums plus noise) stays below this (int64, no overflow)
+NOISE_TAILS = 64.0    # |k| <= 64 sigma'/g except with probability < exp(-2000) per draw (CKS20 Prop. 25 tail)
 _LOG2_6 = math.log2(6.0)
 
 WORDS = (
@@ -122,38 +149,49 @@ def cks20_epsilon_from_order(rho: float, delta: float, min_order: float = 2.0) -
 
 
 class TreeAggregator:
-    """Binary counting mechanism over vectors (Chan, Shi & Song 2011, Alg. 2) in the form the engine stores.
+    """Binary counting mechanism over vectors (Chan, Shi & Song 2011, Alg. 2) on the integer lattice of ``grid``.
 
-    ``G`` is the exact prefix sum (secret), ``node_noise[j]`` the noise of the last completed node of level j
-    (part of the decomposition of t iff bit j of t is set).  ``add(g, draw)`` consumes step t + 1; ``draw(n)``
-    returns the new node's noise (sigma * N(0, I), or the discrete mechanism)."""
+    Every leaf is the gradient rounded to the grid, r_t = round(g_t / grid) (int64, l2 norm at most sqrt(M), see
+    ``OnlineDPTree.leaf``); node sums are exact integer sums of leaves.  ``acc[j]`` is the exact node sum
+    (secret) and ``rel[j]`` the released node value acc[j] + k, k ~ N_Z(0, (sigma'/grid)^2) (in grid units) of the
+    last completed node of level j while it is part of the binary decomposition of t (bit j of t set), 0
+    otherwise.  ``add(r, draw)`` consumes step t + 1; ``draw(n)`` returns the new node's integer noise k."""
 
-    def __init__(self, levels: int, n: int):
-        self.G = np.zeros(n)
-        self.node_noise = np.zeros((levels, n))
+    def __init__(self, levels: int, n: int, grid: float):
+        self.grid = grid
+        self.acc = np.zeros((levels, n), dtype=np.int64)
+        self.rel = np.zeros((levels, n), dtype=np.int64)
         self.t = 0
 
-    def add(self, g: np.ndarray, draw) -> None:
+    def add(self, r: np.ndarray, draw) -> None:
         t = self.t + 1
         h = (t & -t).bit_length() - 1       # the node of level h = lowest set bit of t completes at t
-        self.G = self.G + g
-        self.node_noise[:h] = 0.0           # merged into the new node: no longer in the decomposition of t
-        self.node_noise[h] = draw(self.G.shape[0])
+        # Chan et al. Alg. 2: alpha_h = leaf + alpha_0 + ... + alpha_{h-1} (these cover [t - 2^h + 1, t - 1])
+        node = r + self.acc[:h].sum(axis=0) if h else r
+        self.acc[:h] = 0                    # merged into the new node: no longer in the decomposition of t
+        self.rel[:h] = 0
+        self.acc[h] = node
+        self.rel[h] = node + np.asarray(draw(node.shape[0]), dtype=np.int64)  # released once, never re-noised
         self.t = t
 
+    @property
+    def G(self) -> np.ndarray:
+        """The exact prefix sum of the rounded leaves, grid * (r_1 + ... + r_t) (secret; tests)."""
+        return self.grid * self.acc.sum(axis=0)
+
+    def node_values(self) -> np.ndarray:
+        """The released values of the nodes of the decomposition of t (rows of levels whose bit of t is set; the
+        other rows are 0): grid * (round(s_node / grid) + k), lattice points."""
+        return self.grid * self.rel
+
     def noise(self) -> np.ndarray:
-        """G^_t - G_t: the noise of the popcount(t) nodes of the binary decomposition of t."""
-        t, b = self.t, np.zeros(self.G.shape[0])
-        j = 0
-        while t:
-            if t & 1:
-                b = b + self.node_noise[j]
-            t >>= 1
-            j += 1
-        return b
+        """G^_t - G_t: grid times the integer noise of the popcount(t) nodes of the binary decomposition of t."""
+        return self.grid * (self.rel - self.acc).sum(axis=0)
 
     def released(self) -> np.ndarray:
-        return self.G + self.noise()
+        """G^_t: the sum of the released node values of the decomposition of t, summed exactly in integers (one
+        multiplication by the power-of-two grid; exact in float64 below 2^53 grid units)."""
+        return self.grid * self.rel.sum(axis=0)
 
 
 def decomposition(t: int) -> list[tuple[int, int]]:
@@ -212,7 +250,18 @@ class OnlineDPTree(Unlearner):
                     f"with group_privacy proposition_1 (orders >= 2 only) this budget certifies epsilon = "
                     f"{self.epsilon_olu:.6g} > {spec.epsilon:.6g} at this delta; use group_privacy gaussian_group "
                     "or a smaller epsilon")
-        self.tree = TreeAggregator(self.levels, n)
+        # the discrete mechanism of every node (module docstring, "Discrete noise"): public grid g, leaf cap M
+        self.grid = release.grid_resolution(self.L, n, self.L * self.horizon)
+        self.leaf_cap = math.ceil((self.L / self.grid + 0.5 * math.sqrt(n)) ** 2)  # M: ||r_t||^2 <= M (integers)
+        self.node_sensitivity = math.nextafter(self.grid * math.sqrt(self.leaf_cap), math.inf)  # Delta' >= L
+        # sigma' = sigma Delta'/L (rho per node unchanged), sigma'/g rounded UP for the compiled sampler
+        self.sigma_grid = sigma_for_fast_path(self.sigma * self.node_sensitivity / (self.L * self.grid))
+        self.node_sigma = self.sigma_grid * self.grid  # exact: g is a power of two
+        self.rho_node = self.node_sensitivity**2 / (2.0 * self.node_sigma**2)  # <= L^2 / (2 sigma^2)
+        if not (self.horizon * math.sqrt(self.leaf_cap) + self.levels * NOISE_TAILS * self.sigma_grid < INT_BOUND):
+            raise SpecError("the declared horizon, max_deletions and budget need a noise scale beyond the 64-bit "
+                            "lattice the tree is summed on; declare fewer deletions or a larger budget")
+        self.tree = TreeAggregator(self.levels, n, self.grid)
         self.theta = np.zeros(n)
         self.W = np.zeros(n)  # strongly convex variant: sum of the played points (public)
         self.n_deletions = 0
@@ -252,18 +301,21 @@ class OnlineDPTree(Unlearner):
 
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        return {"theta": self.theta.copy(), "t": self.tree.t, "G": self.tree.G.copy(),
-                "node_noise": self.tree.node_noise.copy(), "W": self.W.copy(), "n_deletions": self.n_deletions}
+        # the tree as integers on the public grid: exact node sums (secret) and released node values
+        return {"theta": self.theta.copy(), "t": self.tree.t, "node_sums": self.tree.acc.copy(),
+                "node_released": self.tree.rel.copy(), "W": self.W.copy(), "n_deletions": self.n_deletions}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
+        if "node_sums" not in state:
+            raise ValueError("stored tree predates the discrete mechanism (continuous node noise)")
         self.theta = self.stored_theta(state)
         self.tree.t = int(state["t"])
-        self.tree.G = self.stored_theta(state, "G")
         self.W = self.stored_theta(state, "W")
-        nodes = np.asarray(state["node_noise"], dtype=np.float64)
-        if nodes.shape != self.tree.node_noise.shape:
-            raise ValueError("stored tree does not match the model's horizon")
-        self.tree.node_noise = nodes.copy()
+        for key, attr in (("node_sums", "acc"), ("node_released", "rel")):
+            nodes = np.asarray(state[key])
+            if nodes.shape != getattr(self.tree, attr).shape or nodes.dtype.kind not in "iu":
+                raise ValueError("stored tree does not match the model's horizon")
+            setattr(self.tree, attr, nodes.astype(np.int64))
         self.n_deletions = int(state["n_deletions"])
 
     @property
@@ -275,7 +327,8 @@ class OnlineDPTree(Unlearner):
 
     def constants(self) -> dict[str, float]:
         return {"L": self.L, "beta": self.beta, "mu": self.mu, "D": 2.0 * self.spec.domain_radius,
-                "sigma": self.sigma, "lambda": self.lam, "levels": float(self.levels)}
+                "sigma": self.sigma, "lambda": self.lam, "levels": float(self.levels), "grid": self.grid,
+                "node_sigma": self.node_sigma, "node_sensitivity": self.node_sensitivity}
 
     def ledger(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -289,14 +342,19 @@ class OnlineDPTree(Unlearner):
             "group_factor": self.group,
             "horizon": self.horizon,
             "learn_left": self.horizon - self.tree.t,
+            # the node releases' mechanism (public, from the spec): CKS20 Thm 14 on the grid
+            "mechanism": release.MECHANISM, "grid": self.grid, "rounding": release.ROUNDING,
+            "node_sigma": self.node_sigma, "node_sensitivity": self.node_sensitivity,
         }
         if self.epsilon_olu is not None:
             out["epsilon"] = self.epsilon_olu
             out["conversion"] = "cks20_order_ge_2"
         return out
 
-    def creation_charge(self) -> dict[str, float]:
-        return {"sigma": self.sigma, "rho": self.rho_olu}
+    def creation_charge(self) -> dict[str, Any]:
+        """The creation charge: rho_olu for node releases of the discrete Gaussian of scale sigma' on ``grid``."""
+        return {"sigma": self.node_sigma, "rho": self.rho_olu, "mechanism": release.MECHANISM, "grid": self.grid,
+                "sensitivity": self.node_sensitivity}
 
     def learn_capacity(self) -> int:
         return self.horizon - self.tree.t
@@ -307,9 +365,25 @@ class OnlineDPTree(Unlearner):
 
     # ---- learning ---------------------------------------------------------------------------------
     def node_noise(self, n: int) -> np.ndarray:
-        """The noise of one tree node: N(0, sigma^2 I) from the model's noise source (the one place to switch to
-        the discrete Gaussian mechanism)."""
-        return self.sigma * self.noise.standard_normal(n)
+        """The integer noise of one tree node: k ~ N_Z(0, (sigma'/g)^2)^n, exact (CKS20), from the noise source."""
+        return self.noise.discrete_gaussian(self.sigma_grid, n)
+
+    def leaf(self, g: np.ndarray) -> np.ndarray:
+        """r = round(g / grid) (nearest, ties to even; g / grid is exact), clipped in exact integers to
+        ||r||^2 <= M (it only binds if the float gradient's norm exceeds L by round-off)."""
+        q = np.rint(g / self.grid)
+        cap = self.leaf_cap
+        norm2 = float(q @ q)
+        if not (math.isfinite(norm2) and norm2 <= cap * (1.0 - 1e-9)):
+            if not np.all(np.isfinite(q)):
+                raise InputError("a gradient is not finite")
+            if norm2 > 0.0:  # shrink toward zero (truncation only lowers each |r_j|)
+                q = np.trunc(q * (math.sqrt(cap) / math.sqrt(norm2) * (1.0 - 1e-12)))
+            r = q.astype(np.int64)
+            while sum(int(v) * int(v) for v in r) > cap:  # exact check; at most a step or two
+                r = np.trunc(r * (1.0 - 1e-9)).astype(np.int64)
+            return r
+        return q.astype(np.int64)
 
     def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)
@@ -320,7 +394,7 @@ class OnlineDPTree(Unlearner):
                              f"it can learn {self.learn_capacity()} more", code="horizon-reached")
         theta, R, lam, tree, mu, W = self.theta, self.spec.domain_radius, self.lam, self.tree, self.mu, self.W
         for x_aug, label in zip(augment(X), y):
-            tree.add(self.loss.grad(theta, x_aug, label), self.node_noise)  # linearised at the played w_t
+            tree.add(self.leaf(self.loss.grad(theta, x_aug, label)), self.node_noise)  # linearised at w_t
             if self.strongly_convex:  # FTRL on the quadratic lower bounds (module docstring)
                 W = W + theta
                 theta = project_l2_ball((mu * W - tree.released()) / (mu * tree.t + lam), R)
@@ -344,8 +418,9 @@ class OnlineDPTree(Unlearner):
             self.n_deletions += 1
             certs.append(Certificate(
                 learned_step=u, forgotten_step=self.tree.t, deletion_index=self.n_deletions,
-                mechanism="dp_from_start", sigma=self.sigma, sensitivity=self.L, rho=0.0,
-                details={"rho_charged_at_creation": self.rho_olu, "rho_tree": self.rho_tree,
+                mechanism="dp_from_start", sigma=self.node_sigma, sensitivity=self.node_sensitivity, rho=0.0,
+                details={"rho_charged_at_creation": self.rho_olu, "rho_tree": self.rho_tree, "grid": self.grid,
+                         "rho_node": self.rho_node,
                          "group_factor": self.group, "levels": float(self.levels), "horizon": float(self.horizon),
                          "max_deletions": float(self.k)}))
         return certs
