@@ -35,6 +35,7 @@ TITLES = {
     "record-not-deletable": "The record cannot be forgotten with a certificate by this model",
     "retrain-not-supported": "This model family keeps no data to retrain on",
     "invalid-model-spec": "Invalid model specification",
+    "non-finite-result": "The computation would leave the finite number range",
     "validation-error": "Request validation failed",
     "unauthorized": "Missing or invalid credentials",
     "forbidden": "The key lacks the required scope",

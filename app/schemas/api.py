@@ -10,7 +10,16 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 # (an RFC 3339 date-time needs the offset)
 UtcDatetime = Annotated[datetime, AfterValidator(lambda d: d if d.tzinfo else d.replace(tzinfo=timezone.utc))]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
-PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# Positive numbers of a model spec are positive *normal* floats: a subnormal (below 2.2250738585072014e-308) has lost
+# precision already, so 1e-320 and 5e-324 are refused alike; each family's calibration check decides the real range.
+POSITIVE_NORMAL_MIN = 2.2250738585072014e-308  # sys.float_info.min
+PositiveFinite = Annotated[float, Field(ge=POSITIVE_NORMAL_MIN, allow_inf_nan=False)]
+
+
+def _zero_or_normal(v: float) -> float:
+    if 0.0 < v < POSITIVE_NORMAL_MIN:
+        raise ValueError(f"must be 0 or at least {POSITIVE_NORMAL_MIN!r} (a normal float)")
+    return v
 RecordId = Annotated[str, Field(min_length=1, max_length=256, description="The client's record id.")]
 Scope = Literal["write", "predict", "audit"]
 LossName = Literal["logistic", "squared", "huber"]
@@ -74,7 +83,8 @@ class ModelCreate(Strict):
     dim: int = Field(ge=1, description="Number of features.")
     bounds: Bounds
     domain_radius: PositiveFinite = Field(10.0, description="Parameters live in the L2 ball of this radius.")
-    l2: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(0.01, description="L2 regularisation (mu).")
+    l2: Annotated[float, Field(ge=0, allow_inf_nan=False), AfterValidator(_zero_or_normal)] = Field(
+        0.01, description="L2 regularisation (mu): 0 or a positive normal float.")
     privacy: PrivacyTarget = Field(default_factory=PrivacyTarget)
     hyperparameters: dict[str, Any] = Field(default_factory=dict, description="Family-specific, all defaulted.")
 
