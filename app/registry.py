@@ -6,6 +6,8 @@ engine class named by the spec supplies its own hyperparameter defaults, constan
 from __future__ import annotations
 
 import copy
+import functools
+import re
 import json
 import math
 import sys
@@ -24,6 +26,12 @@ from .unlearning.losses import make_loss
 CONVERSION = "cks20"
 
 
+@functools.lru_cache(maxsize=4096)
+def _rho(epsilon: float, delta: float) -> float:
+    """The zCDP budget of the (epsilon, delta) target (app.privacy, CKS20); cached: the field search re-asks it."""
+    return rho_from_epsilon_delta(epsilon, delta, conversion=CONVERSION)
+
+
 def _spec_of(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
     """Validate a ModelCreate payload into an engine spec (every default filled in), calibration included."""
     if payload["dim"] > max_dim:
@@ -31,7 +39,7 @@ def _spec_of(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
     cls = engine_class(payload["algorithm"])
     privacy = payload["privacy"]
     try:
-        rho = rho_from_epsilon_delta(privacy["epsilon"], privacy["delta"], conversion=CONVERSION)
+        rho = _rho(float(privacy["epsilon"]), float(privacy["delta"]))
     except (ArithmeticError, ValueError) as e:
         raise SpecError(f"the zCDP budget of (epsilon, delta) cannot be computed ({e})",
                         fields=("privacy.epsilon", "privacy.delta")) from None
@@ -47,7 +55,8 @@ def _spec_of(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
     except SpecError:
         raise
     except (ArithmeticError, ValueError) as e:  # a default derived from the bounds overflowed
-        raise SpecError(f"the hyperparameter defaults cannot be derived from these bounds ({type(e).__name__})") from None
+        raise SpecError(f"the hyperparameter defaults cannot be derived from these bounds ({type(e).__name__})",
+                        fields=("bounds.x_norm", "domain_radius", "l2", "bounds.y_abs")) from None
     cls.check_calibration(spec)  # the worst case of every calibration the model can need (calibration.py)
     return spec
 
@@ -72,8 +81,8 @@ _F64_MIN = sys.float_info.min  # smallest positive normal float: the schema's lo
 SCHEMA_RANGES = {"bounds.x_norm": (_F64_MIN, sys.float_info.max), "bounds.y_abs": (_F64_MIN, sys.float_info.max),
                  "domain_radius": (_F64_MIN, sys.float_info.max), "l2": (_F64_MIN, sys.float_info.max),
                  "privacy.epsilon": (_F64_MIN, sys.float_info.max), "privacy.delta": (1e-300, math.nextafter(1.0, 0.0))}
-_GRID_STEP = 8  # decades between the probes of the coarse scan; the edges are then bisected
-_BISECT = 14    # bisection steps per edge (in log10 space: 8 / 2^14 decades, about 0.1%)
+_GRID_STEP = 16  # decades between the probes of the coarse scan; the edges are then bisected
+_BISECT = 12     # bisection steps per edge (in log10 space: 16 / 2^12 decades, about 1%)
 
 
 def _get(payload: dict[str, Any], path: str) -> Any:
@@ -95,15 +104,32 @@ def _with(payload: dict[str, Any], path: str, value: float) -> dict[str, Any]:
     return out
 
 
+def suspects(payload: dict[str, Any], err: SpecError) -> list[str]:
+    """The fields a refusal is about: the engine's own list, else the field and hyperparameter names its message
+    mentions, in the order they appear ("omega must be a number > 1" -> hyperparameters.omega)."""
+    if err.fields:
+        return list(err.fields)
+    names = {p.rsplit(".", 1)[-1]: p for p in SCHEMA_RANGES}
+    names["rho"] = "privacy.epsilon"  # the zCDP budget is the (epsilon, delta) target's conversion
+    names.update({k: f"hyperparameters.{k}" for k in (payload.get("hyperparameters") or {})})
+    found = []
+    for m in re.finditer(r"[A-Za-z_][A-Za-z0-9_]*", str(err)):
+        path = names.get(m.group(0))
+        if path is not None and path not in found:
+            found.append(path)
+    return found
+
+
 def _candidates(payload: dict[str, Any], err: SpecError) -> list[str]:
-    """Numeric fields to try, the engine's suspects first; float hyperparameters the client gave included."""
-    hp = [f"hyperparameters.{k}" for k, v in (payload.get("hyperparameters") or {}).items()
-          if isinstance(v, float)]
-    named = [f for f in err.fields if f in SCHEMA_RANGES or f in hp]
-    return list(dict.fromkeys(named + [f for f in SCHEMA_RANGES if f not in named] + hp))
+    """Numeric fields to try: the suspects only when there are any, else every numeric field the client gave."""
+    named = suspects(payload, err)
+    if named:
+        return named
+    hp = [f"hyperparameters.{k}" for k, v in (payload.get("hyperparameters") or {}).items() if isinstance(v, float)]
+    return list(SCHEMA_RANGES) + hp
 
 
-_SEARCH_BUDGET = 600  # spec evaluations one refusal may spend on locating the field (bounded work per request)
+_SEARCH_BUDGET = 200  # spec evaluations one refusal may spend on locating the field (bounded work per request)
 
 
 class _Budget:
@@ -119,7 +145,7 @@ class _Budget:
 def accepted_range(payload: dict[str, Any], path: str, *, max_dim: int,
                    budget: _Budget | None = None) -> tuple[float, float] | None:
     """The interval of values of ``path`` (every other field as given) that the family accepts, around the
-    closest accepted probe to the given value; None if no probe is accepted.  Probes are powers of ten 8 decades
+    closest accepted probe to the given value; None if no probe is accepted.  Probes are powers of ten 16 decades
     apart within the schema's range, then each edge is bisected in log space: the ends returned are accepted."""
     lo_s, hi_s = SCHEMA_RANGES.get(path, (_F64_MIN, sys.float_info.max))
 
@@ -175,7 +201,8 @@ def locate(payload: dict[str, Any], err: SpecError, *, max_dim: int) -> tuple[st
             break
         if found is not None:
             return path, found
-    return (err.fields[0] if err.fields else None), None
+    named = suspects(payload, err)
+    return (named[0] if named else None), None
 
 
 def spec_to_json(spec: ModelSpec) -> str:
