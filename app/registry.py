@@ -20,7 +20,8 @@ import numpy as np
 from .privacy import rho_from_epsilon_delta
 from .db.state_codec import pack_state, unpack_state
 from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, fast
-from .unlearning.calibration import require_finite_array
+from .privacy.ledger import BudgetExhausted, LedgerState, accounting_from_params
+from .unlearning.calibration import N_MAX, require_finite_array
 from .unlearning.losses import make_loss
 
 CONVERSION = "cks20"
@@ -58,7 +59,29 @@ def _spec_of(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
         raise SpecError(f"the hyperparameter defaults cannot be derived from these bounds ({type(e).__name__})",
                         fields=("bounds.x_norm", "domain_radius", "l2", "bounds.y_abs")) from None
     cls.check_calibration(spec)  # the worst case of every calibration the model can need (calibration.py)
+    _check_ledger(cls(spec))
     return spec
+
+
+def _check_ledger(engine) -> None:
+    """The service's own ledger (app.privacy.ledger) re-derives every charge from the (epsilon, delta) -> rho
+    conversion: its allowance for the first and the last deletion it can certify (the capacity, or N_MAX for
+    the omega series) must be a finite, positive float, else that deletion would be refused as a mismatch."""
+    params = engine.accounting_params()
+    if params is None:
+        return
+    eps = ("privacy.epsilon", "privacy.delta")
+    i = 1
+    try:
+        policy = accounting_from_params(params)
+        last = policy.capacity_total or N_MAX
+        for i in sorted({1, last}):
+            charge = policy.next_charge(LedgerState(rho_spent=0.0, charges=i - 1))
+            if charge.rho is not None and not (0.0 < charge.rho < math.inf):
+                raise ValueError(f"allowance {charge.rho!r}")
+    except (BudgetExhausted, ArithmeticError, ValueError) as e:
+        raise SpecError(f"{engine.algorithm}: the privacy ledger cannot charge deletion i = {i} "
+                        f"({type(e).__name__}: {e})", fields=eps) from None
 
 
 def build_spec(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
@@ -112,6 +135,10 @@ def suspects(payload: dict[str, Any], err: SpecError) -> list[str]:
     names = {p.rsplit(".", 1)[-1]: p for p in SCHEMA_RANGES}
     names["rho"] = "privacy.epsilon"  # the zCDP budget is the (epsilon, delta) target's conversion
     names.update({k: f"hyperparameters.{k}" for k in (payload.get("hyperparameters") or {})})
+    # "<key> is required ..." / "<key> must ...": a hyperparameter the client may not have sent at all
+    m = re.match(r"([a-z_][a-z0-9_]*) (?:is required|must)", str(err))
+    if m and m.group(1) not in names:
+        names[m.group(1)] = f"hyperparameters.{m.group(1)}"
     found = []
     for m in re.finditer(r"[A-Za-z_][A-Za-z0-9_]*", str(err)):
         path = names.get(m.group(0))

@@ -29,6 +29,7 @@ Schedules (hyperparameter ``schedule``; digest §2.4):
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -241,6 +242,11 @@ class PassiveOLU(Unlearner):
             a_max = step = checks.squared("a_max", eta_first * self.L, "bounds.x_norm", "l2", "domain_radius", *hp_eta)
         checks.finite("a_max", a_max, "bounds.x_norm", "l2", positive=True)
         checks.squared("update_norm", squared_norm_bound(R, step), "domain_radius", "bounds.x_norm", "l2")
+        # the first deletion has the smallest sigma: a normal float, so that a / sigma keeps its precision and the
+        # certified rho matches the ledger's allowance (app.privacy.ledger)
+        sigma_1 = checks.finite("sigma(1)", lambda: self.noise_multiplier(1) * a_max, *eps, "bounds.x_norm", "l2")
+        checks.finite("sigma(1)", sigma_1 if sigma_1 >= sys.float_info.min else 0.0, *eps, "bounds.x_norm",
+                      "domain_radius", positive=True)
         last = self.capacity if self.capacity is not None else N_MAX
         mult = checks.finite("noise_multiplier(last)", lambda: self.noise_multiplier(last), *eps, positive=True)
         sigma = checks.squared("sigma(last)", mult * a_max, *eps, "bounds.x_norm", "l2", positive=True)
@@ -400,7 +406,7 @@ class PassiveOLU(Unlearner):
         i = self.n_charged + 1
         delta_u, gamma, a = self.shift_bound(u, tau)
         sigma = self.noise_multiplier(i) * a
-        rho_i = a * a / (2.0 * sigma * sigma) if sigma > 0 else 0.0
+        rho_i = 0.5 * (a / sigma) ** 2 if sigma > 0 else 0.0  # a^2/(2 sigma^2), the ratio first (no under/overflow)
         self.theta = self.apply_noise(sigma)
         self.n_charged = i
         self.n_deletions += 1
