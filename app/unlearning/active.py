@@ -43,7 +43,7 @@ import numpy as np
 
 from . import fast
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
-from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, squared_norm_bound
+from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, update_norm_bound
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment
@@ -143,7 +143,7 @@ class ActiveOLU(OGDIterate, Unlearner):
         checks.finite("I(N_MAX)", lambda: eng.planned_gd_steps(N_MAX, N_MAX), *gamma, "domain_radius")
         eta_1 = checks.finite("eta_1", lambda: eng.schedule.eta(1), *gamma, positive=True)
         a_ogd = checks.squared("eta_1 L", eta_1 * eng.L, *gamma, "domain_radius")
-        checks.squared("update_norm", squared_norm_bound(R, max(a_ogd, eng.eta_gd * eng.L)), *gamma, "domain_radius")
+        checks.squared("update_norm", update_norm_bound(R, max(a_ogd, eng.eta_gd * eng.L)), *gamma, "domain_radius")
         a_max = max(a_ogd, eng.D)
         mult = checks.finite("noise_multiplier(N_MAX)", lambda: eng.noise_multiplier(N_MAX), *eps, positive=True)
         sigma = checks.squared("sigma(N_MAX)", mult * a_max, *eps, *gamma)

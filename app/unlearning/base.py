@@ -31,6 +31,9 @@ class SpecError(ValueError):
     def __init__(self, message: str, *, fields: Sequence[str] = ()):
         super().__init__(message)
         self.fields = tuple(fields)
+        # set by the service's field search (registry.build_spec): the field to change and its accepted range
+        self.field: str | None = None
+        self.accepted: tuple[float, float] | None = None
 
 
 class NumericError(ArithmeticError):

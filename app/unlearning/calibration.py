@@ -15,8 +15,8 @@ Worst cases that are not bounded by the spec are fixed here, once:
   exp(-40^2/2) < 1e-347 (Gaussian concentration of the norm, a 1-Lipschitz function); noise steps are checked
   to keep ||theta + sigma xi||^2 finite up to that norm.
 
-``squared_norm_bound`` reproduces the projection in domain.py: it forms x . x, which overflows long before x
-itself does, so each update's largest possible pre-projection norm is checked *squared*.
+The projection in domain.py forms x . x, which overflows long before x itself does, so each update's largest
+possible pre-projection norm (``update_norm_bound``, ``noise_norm_bound``) is checked *squared*.
 """
 from __future__ import annotations
 
@@ -87,8 +87,8 @@ class Checks:
         return v
 
 
-def squared_norm_bound(radius: float, step: float) -> float:
-    """Largest ||theta - step direction||: ||theta|| <= R plus the step's length (its square must be finite)."""
+def update_norm_bound(radius: float, step: float) -> float:
+    """Largest ||theta - eta g|| before the projection: ||theta|| <= R plus the step's length (checked squared)."""
     return radius + step
 
 

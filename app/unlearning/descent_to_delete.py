@@ -40,7 +40,7 @@ from .base import (
     Unlearner,
 )
 from .calibration import (N_MAX, CalibrationError, Checks, common_checks, construct, noise_norm_bound,
-                          squared_norm_bound)
+                          update_norm_bound)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import Loss, augment, make_loss
@@ -271,7 +271,7 @@ class DescentToDelete(Unlearner):
             checks.finite(f"mu(n={n})", c.m, "l2", *hp_reg, positive=True)
             checks.finite(f"log(1/gamma)(n={n})", -c.log_gamma, *gamma, positive=True)
             checks.squared(f"L(n={n})", c.L, "bounds.x_norm", "domain_radius")
-            checks.squared(f"update_norm(n={n})", squared_norm_bound(R, c.eta * c.L), *gamma, "domain_radius")
+            checks.squared(f"update_norm(n={n})", update_norm_bound(R, c.eta * c.L), *gamma, "domain_radius")
             sens = checks.finite(f"Delta(n={n})", probe.sensitivity, *gamma, *eps)
             sigma = checks.finite(f"sigma(n={n})", probe.sigma, *eps, *gamma, positive=sens > 0)
             checks.finite(f"rho(n={n})", lambda: probe.rho_update, *eps, *gamma)

@@ -65,7 +65,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from .base import CapacityExhausted, ForgetError, ModelSpec, RetainedData, SpecError, Unlearner, validate_examples
-from .calibration import Checks, common_checks, construct, noise_norm_bound, squared_norm_bound
+from .calibration import Checks, common_checks, construct, noise_norm_bound, update_norm_bound
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment
@@ -311,7 +311,7 @@ class MemoryPair(Unlearner):
         checks.squared("beta D", eng.beta * eng.D, "bounds.x_norm", "domain_radius")
         checks.finite("burn_in", lambda: math.ceil(eng.beta / eng.lam), "bounds.x_norm", "l2")
         checks.squared("C", lambda: eng.curvature_bounds()[1], "bounds.x_norm")
-        checks.squared("update_norm", squared_norm_bound(R, infl), "domain_radius", "l2")
+        checks.squared("update_norm", update_norm_bound(R, infl), "domain_radius", "l2")
         sigma = checks.squared("sigma_step(2)", lambda: eng.sigma_step(2), *eps, "l2", "bounds.x_norm")
         checks.squared("noise_norm", noise_norm_bound(R + infl, sigma, eng.p), *eps, "domain_radius", "l2")
         published = checks.call("ledger", lambda: {**eng.ledger(), **eng.constants()}, *eps, "bounds.x_norm", "l2")

@@ -36,7 +36,7 @@ import numpy as np
 
 from . import fast
 from .base import CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, Unlearner
-from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, squared_norm_bound
+from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, update_norm_bound
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment, make_loss
@@ -241,7 +241,7 @@ class PassiveOLU(Unlearner):
                                       positive=True)
             a_max = step = checks.squared("a_max", eta_first * self.L, "bounds.x_norm", "l2", "domain_radius", *hp_eta)
         checks.finite("a_max", a_max, "bounds.x_norm", "l2", positive=True)
-        checks.squared("update_norm", squared_norm_bound(R, step), "domain_radius", "bounds.x_norm", "l2")
+        checks.squared("update_norm", update_norm_bound(R, step), "domain_radius", "bounds.x_norm", "l2")
         # the first deletion has the smallest sigma: a normal float, so that a / sigma keeps its precision and the
         # certified rho matches the ledger's allowance (app.privacy.ledger)
         sigma_1 = checks.finite("sigma(1)", lambda: self.noise_multiplier(1) * a_max, *eps, "bounds.x_norm", "l2")

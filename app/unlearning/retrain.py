@@ -14,7 +14,7 @@ from typing import Any, Collection, Mapping, Sequence
 import numpy as np
 
 from .base import ForgetError, ModelSpec, RetainedData, SpecError, Unlearner
-from .calibration import Checks, common_checks, construct, squared_norm_bound
+from .calibration import Checks, common_checks, construct, update_norm_bound
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import Loss, augment
@@ -138,7 +138,7 @@ class RetrainOGD(OGDIterate, Unlearner):
         common_checks(checks, eng.loss, spec)
         eta_1 = checks.finite("eta_1", lambda: eng.schedule.eta(1), "l2", "bounds.x_norm", positive=True)
         step = checks.squared("eta_1 L", eta_1 * eng.L, "bounds.x_norm", "l2", "domain_radius")
-        checks.squared("update_norm", squared_norm_bound(spec.domain_radius, step), "domain_radius", "bounds.x_norm")
+        checks.squared("update_norm", update_norm_bound(spec.domain_radius, step), "domain_radius", "bounds.x_norm")
 
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -56,7 +56,7 @@ from .base import (
     SpecError,
     Unlearner,
 )
-from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, squared_norm_bound
+from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, update_norm_bound
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment, make_loss
@@ -345,7 +345,7 @@ class RewindToDelete(Unlearner):
         checks.squared("eta G", eta * eng.G, *hp, "bounds.x_norm", "l2")
         for name, v in (("B", eng.B), ("C", eng.C), ("ell_theta0", eng.ell0)):
             checks.squared(name, v, "bounds.y_abs", "bounds.x_norm", "l2")
-        theta = squared_norm_bound(R, eta * eng.G) if eng.projected else R
+        theta = update_norm_bound(R, eta * eng.G) if eng.projected else R
         for n in sorted({1, 2, eng.initial_size, N_MAX}):
             cap = eng.capacity_for(n)
             K = (checks.call(f"K(n={n})", lambda: eng.min_K(n, cap, eng.sigma_target), *bounds, *eps)
