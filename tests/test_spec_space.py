@@ -365,3 +365,29 @@ def test_non_finite_parameters_are_never_published(asgi, monkeypatch):
     assert asgi.get(f"/v1/models/{mid}/parameters").json() == before
     r = asgi.post(f"/v1/models/{mid}/learn", json={"examples": [{"id": "n0", "x": [0.5, 0, 0], "y": 1}]})
     assert r.status_code == 200, r.text  # nothing of the refused request was kept (the id is still free)
+
+
+# ---- two more 500s the walk found -----------------------------------------------------------------------------------
+def test_passive_charge_matches_the_ledger_with_a_huge_budget(asgi):
+    """epsilon = max float: sigma^2 was subnormal, a^2/(2 sigma^2) came out 1e-6 above the ledger's allowance and
+    the unlearn answered 500 (certificate mismatch)."""
+    r = _create(asgi, algorithm="passive_olu", bounds={"x_norm": 4.696068717999906e77, "y_abs": 1e-7}, dim=2,
+                domain_radius=2.316632508847352e-06, l2=0.0, privacy={"epsilon": sys.float_info.max, "delta": 1e-300},
+                hyperparameters={"schedule": "regularized_convex", "max_deletions": 1, "horizon": 3274})
+    assert r.status_code in (201, 422), r.text
+    if r.status_code == 422:
+        assert names_a_field(r.json()), r.text
+        return
+    mid = r.json()["id"]
+    ex = [{"id": "h0", "x": [4.696068717999906e77, 0.0], "y": 1e-7}, {"id": "h1", "x": [1e77, 0.0], "y": -1e-7},
+          {"id": "h2", "x": [0.0, 1e76], "y": 0.0}]
+    assert asgi.post(f"/v1/models/{mid}/learn", json={"examples": ex}).status_code == 200
+    r = asgi.post(f"/v1/models/{mid}/unlearn", json={"ids": ["h0"]})
+    assert r.status_code == 200, r.text
+
+
+def test_memory_pair_huge_gamma_refused_at_create_not_500_at_learn(asgi):
+    """gamma * N overflowed in the gamma-capacity once examples arrived: every learn was a 500."""
+    e = _field_problem(_create(asgi, algorithm="memory_pair", loss="squared", dim=1, l2=0.01,
+                               hyperparameters={"gamma": 1e308}), "hyperparameters.gamma")
+    assert e["maximum"] < 1e308 and e["minimum"] <= 0.5

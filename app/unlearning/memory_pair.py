@@ -65,7 +65,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from .base import CapacityExhausted, ForgetError, ModelSpec, RetainedData, SpecError, Unlearner, validate_examples
-from .calibration import Checks, common_checks, construct, noise_norm_bound, update_norm_bound
+from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, update_norm_bound
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment
@@ -314,10 +314,17 @@ class MemoryPair(Unlearner):
         checks.squared("update_norm", update_norm_bound(R, infl), "domain_radius", "l2")
         sigma = checks.squared("sigma_step(2)", lambda: eng.sigma_step(2), *eps, "l2", "bounds.x_norm")
         checks.squared("noise_norm", noise_norm_bound(R + infl, sigma, eng.p), *eps, "domain_radius", "l2")
-        published = checks.call("ledger", lambda: {**eng.ledger(), **eng.constants()}, *eps, "bounds.x_norm", "l2")
-        for k, v in published.items():  # what create publishes, before any data
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                checks.finite("ledger " + k, v, *eps, "bounds.x_norm", "l2", "domain_radius")
+        # the ledger it publishes after every learn and forget (gamma-capacity gamma N - G D sqrt(c C S_N), N_gamma),
+        # fresh and at the longest stream: N = N_MAX inserts with every gradient at the bound L (S_N = N L^2)
+        gam = ("hyperparameters.gamma",) if "gamma" in spec.hyperparameters else ()
+        for n, s_grad in ((0, 0.0), (N_MAX, N_MAX * eng.L**2)):
+            eng.n_inserts = eng.n_active = n
+            eng.S_grad = s_grad
+            published = checks.call(f"ledger(N={n})", lambda: {**eng.ledger(), **eng.constants()}, *gam, *eps,
+                                    "bounds.x_norm", "l2")
+            for k, v in published.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    checks.finite(f"ledger {k} (N={n})", v, *gam, *eps, "bounds.x_norm", "l2", "domain_radius")
 
     # ---- state --------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
