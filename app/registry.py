@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import copy
 import functools
-import re
 import json
 import math
+import re
 import sys
 import threading
 from collections import OrderedDict
@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from .privacy import rho_from_epsilon_delta
 from .db.state_codec import pack_state, unpack_state
-from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, fast
+from .privacy import rho_from_epsilon_delta
 from .privacy.ledger import BudgetExhausted, LedgerState, accounting_from_params
+from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, fast
 from .unlearning.calibration import N_MAX, require_finite_array
 from .unlearning.losses import make_loss
 

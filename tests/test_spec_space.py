@@ -53,7 +53,7 @@ def in_unit(lo_exp: int = -320) -> st.SearchStrategy[float]:
 
 def hyperparameters(algorithm: str, draw) -> dict:
     hp: dict = {}
-    maybe = lambda: draw(st.booleans())  # noqa: E731
+    maybe = lambda: draw(st.booleans())
     if algorithm in ("passive_olu", "passive_olu_restart"):
         sched = hp["schedule"] = draw(st.sampled_from(SCHEDULES))
         hp["allocation"] = draw(st.sampled_from(["omega_series", "uniform"]))
@@ -129,7 +129,7 @@ def scenarios(draw, algorithm: str):
     if loss == "huber" and draw(st.booleans()):
         hp["huber_delta"] = draw(positive())
     wide = draw(st.one_of(st.none(), st.sampled_from(SPEC_NUMBERS)))
-    num = lambda name: draw(positive() if wide is None or wide == name else moderate())  # noqa: E731
+    num = lambda name: draw(positive() if wide is None or wide == name else moderate())
     l2 = draw(st.one_of(st.just(0.0), st.just(None))) if algorithm in ("passive_olu",) else None
     l2 = num("l2") if l2 is None else l2
     body = {"name": "walk", "algorithm": algorithm, "loss": loss, "dim": draw(st.integers(1, 3)),

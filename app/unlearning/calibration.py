@@ -21,7 +21,7 @@ possible pre-projection norm (``update_norm_bound``, ``noise_norm_bound``) is ch
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .base import SpecError
 
