@@ -21,7 +21,7 @@ from .db.state_codec import pack_state, unpack_state
 from .privacy import rho_from_epsilon_delta
 from .privacy.ledger import BudgetExhausted, LedgerState, accounting_from_params
 from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, fast
-from .unlearning.calibration import N_MAX, require_finite_array
+from .unlearning.calibration import ALL_FIELDS, N_MAX, require_finite_array
 from .unlearning.losses import make_loss
 
 CONVERSION = "cks20"
@@ -58,8 +58,14 @@ def _spec_of(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
     except (ArithmeticError, ValueError) as e:  # a default derived from the bounds overflowed
         raise SpecError(f"the hyperparameter defaults cannot be derived from these bounds ({type(e).__name__})",
                         fields=("bounds.x_norm", "domain_radius", "l2", "bounds.y_abs")) from None
-    cls.check_calibration(spec)  # the worst case of every calibration the model can need (calibration.py)
-    _check_ledger(cls(spec))
+    try:
+        cls.check_calibration(spec)  # the worst case of every calibration the model can need (calibration.py)
+        _check_ledger(cls(spec))
+    except SpecError:
+        raise
+    except (ArithmeticError, ValueError) as e:  # a family check that failed outside its Checks: still a refusal
+        raise SpecError(f"{spec.algorithm}: the calibration cannot be computed ({type(e).__name__}: {e})",
+                        fields=ALL_FIELDS) from None
     return spec
 
 
