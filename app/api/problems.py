@@ -36,6 +36,7 @@ TITLES = {
     "retrain-not-supported": "This model family keeps no data to retrain on",
     "horizon-reached": "The model has learned as many examples as its declared horizon",
     "invalid-model-spec": "Invalid model specification",
+    "non-finite-result": "The computation would leave the finite number range",
     "validation-error": "Request validation failed",
     "unauthorized": "Missing or invalid credentials",
     "forbidden": "The key lacks the required scope",

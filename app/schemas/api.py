@@ -11,7 +11,18 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_seriali
 UtcDatetime = Annotated[datetime, AfterValidator(lambda d: d if d.tzinfo else d.replace(tzinfo=timezone.utc))]
 # Numbers are strict: a JSON number (an integer is fine), never a boolean or a numeric string.
 Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-PositiveFinite = Annotated[float, Field(gt=0, strict=True, allow_inf_nan=False)]
+# Positive numbers of a model spec are positive *normal* floats: a subnormal (below 2.2250738585072014e-308) has lost
+# precision already, so 1e-320 and 5e-324 are refused alike; each family's calibration check decides the real range.
+POSITIVE_NORMAL_MIN = 2.2250738585072014e-308  # sys.float_info.min
+PositiveFinite = Annotated[float, Field(ge=POSITIVE_NORMAL_MIN, strict=True, allow_inf_nan=False)]
+
+
+def _zero_or_normal(v: float) -> float:
+    if 0.0 < v < POSITIVE_NORMAL_MIN:
+        raise ValueError(f"must be 0 or at least {POSITIVE_NORMAL_MIN!r} (a normal float)")
+    return v
+
+
 # Ids and names never carry control characters (C0 and DEL): they end up in logs, receipts and databases
 # (PostgreSQL refuses NUL in text).
 NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
@@ -93,7 +104,8 @@ class ModelCreate(Strict):
     dim: int = Field(ge=1, strict=True, description="Number of features.")
     bounds: Bounds
     domain_radius: PositiveFinite = Field(10.0, description="Parameters live in the L2 ball of this radius.")
-    l2: Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)] = Field(0.01, description="L2 regularisation (mu).")
+    l2: Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False), AfterValidator(_zero_or_normal)] = Field(
+        0.01, description="L2 regularisation (mu): 0 or a positive normal float.")
     privacy: PrivacyTarget = Field(default_factory=PrivacyTarget)
     hyperparameters: dict[str, Any] = Field(default_factory=dict, description="Family-specific, all defaulted.")
 

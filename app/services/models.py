@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -23,6 +24,8 @@ from ..errors import Problem
 from ..ids import id_pattern, new_id, utcnow
 from ..registry import (ModelRegistry, build_spec, loss_for, published_array, published_bytes, spec_from_json,
                         spec_to_json)
+from ..unlearning.base import NumericError
+from ..unlearning.calibration import require_finite_array
 from ..unlearning import (ArrayRetained, CapacityExhausted, ForgetError, InputError, NotDeletable, SpecError, Unlearner,
                           validate_examples)
 from ..db.retained import SqlRetained
@@ -36,6 +39,37 @@ IN_CHUNK = 500  # bound on bound parameters per IN (...) query
 _MODEL_CURSOR = re.compile(id_pattern("mdl"))  # a models page's next_cursor is the last model id
 ERASED = "erased"  # records.status of a record erased with its model (see ModelService._erase)
 _KEEP = object()
+
+
+@contextmanager
+def numeric_guard():
+    """Runtime guard behind the creation-time calibration check: a computation that leaves the finite float range
+    (NumericError from the publish guard, or Python's own OverflowError / ZeroDivisionError) becomes a 422 problem;
+    raised inside the write transaction, it rolls everything back and the engine is not checked in."""
+    try:
+        yield
+    except (NumericError, ArithmeticError) as e:
+        raise Problem(422, "non-finite-result",
+                      f"This request would make the model compute a number outside the finite range ({e}); "
+                      "nothing was changed.") from None
+
+
+def spec_problem(e: SpecError) -> Problem:
+    """422 invalid-model-spec naming the field to change (API path and JSON pointer) and its accepted range with
+    every other field as given (registry.locate), when one exists."""
+    field = getattr(e, "field", None)
+    accepted = getattr(e, "accepted", None)
+    detail = str(e)
+    if field is None:
+        return Problem(422, "invalid-model-spec", detail)
+    item: dict[str, Any] = {"field": field, "pointer": "/" + field.replace(".", "/"), "loc": ["body", *field.split(".")]}
+    if accepted is not None:
+        item["minimum"], item["maximum"] = accepted
+        detail += f". {field} is accepted in [{accepted[0]:.6g}, {accepted[1]:.6g}] with the other fields as given"
+    else:
+        detail += f". No value of {field} alone makes this specification valid; change {field} or the fields it is combined with"
+    item["msg"] = detail
+    return Problem(422, "invalid-model-spec", detail, errors=[item])
 
 
 def _chunks(seq: Sequence, n: int = IN_CHUNK) -> Iterable[Sequence]:
@@ -212,9 +246,7 @@ class ModelService:
         try:
             spec = build_spec(payload, max_dim=self.settings.max_dim)
         except SpecError as e:
-            raise Problem(422, "invalid-model-spec", str(e)) from None
-        except (ArithmeticError, ValueError):  # e.g. bounds near 1e308 overflow the constants (was a 500)
-            raise Problem(422, "invalid-model-spec", "The declared bounds give no finite constants.") from None
+            raise spec_problem(e) from None
         engine = self.registry.new_engine(spec)
         if not all(np.isfinite(v) for v in engine.constants().values() if isinstance(v, (int, float))):
             # e.g. domain_radius near 1e308: D = 2R overflows; such a model could certify nothing (was served as null)
@@ -365,7 +397,8 @@ class ModelService:
                 raise Problem(409, "horizon-reached", f"The model was created for a horizon of {engine.step + left} "
                               f"examples and has learned {engine.step}: it can learn {left} more.")
             store = SqlRetained(s, model_id, spec.dim, self.registry.cipher) if engine.needs_retained_data else None
-            steps = engine.learn(X, y, store)  # on any refusal below the engine is dropped, not checked in
+            with numeric_guard():
+                steps = engine.learn(X, y, store)  # on any refusal below the engine is dropped, not checked in
             now = utcnow()
             macs = ([bytes.fromhex(example_mac(key, xi, yi)) for xi, yi in zip(X, y)]
                     if engine.needs_deletion_features and not engine.needs_retained_data else None)
@@ -421,7 +454,10 @@ class ModelService:
             else:
                 store = None
             try:
-                certs = engine.forget([r.step for r in records], store)
+                with numeric_guard():
+                    certs = engine.forget([r.step for r in records], store)
+                    require_finite_array([v for c in certs for v in (c.sigma, c.rho, c.sensitivity)],
+                                         "a deletion certificate")
             except CapacityExhausted as e:
                 row.status, row.updated_at = "retrain_required", utcnow()
                 row.flush(s)
@@ -480,7 +516,8 @@ class ModelService:
             engine = self._checkout(s, row)
             if not engine.supports_retrain:
                 raise Problem(409, "retrain-not-supported", f"{row.algorithm} keeps no data to retrain on.")
-            engine.retrain(SqlRetained(s, model_id, json.loads(row.spec_json)["dim"], self.registry.cipher))
+            with numeric_guard():
+                engine.retrain(SqlRetained(s, model_id, json.loads(row.spec_json)["dim"], self.registry.cipher))
             now = utcnow()
             row.epoch += 1
             row.rho_spent = 0.0
@@ -546,6 +583,9 @@ class ModelService:
         with self.db.read() as s:
             row = self._row(s, tenant_id, model_id)
         theta = published_array(row.published)
+        if not np.all(np.isfinite(theta)):  # never served as null weights (stored before the finite guard)
+            raise Problem(409, "non-finite-result", "The model's stored parameters are not finite numbers; "
+                                                    "retrain or delete the model.")
         return {"version": row.version, "weights": theta[:-1].tolist(), "bias": float(theta[-1]),
                 "published_at": row.published_at}
 
@@ -735,7 +775,8 @@ class ModelService:
         row.version += 1
         row.step = engine.step
         row.status = engine.status
-        row.published = published_bytes(engine.published())
+        with numeric_guard():
+            row.published = published_bytes(engine.published())
         row.published_at = now
         row.updated_at = now
         row.ledger_json = json.dumps({**engine.ledger(), "book": book})

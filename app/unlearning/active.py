@@ -47,6 +47,7 @@ import numpy as np
 
 from . import fast, release
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
+from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, update_norm_bound
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment
@@ -129,6 +130,28 @@ class ActiveOLU(OGDIterate, Unlearner):
         if not spec.l2 > 0:
             raise SpecError(f"{cls.algorithm} needs l2 > 0 (strong convexity mu = l2)")
         return hp
+
+    @classmethod
+    def check_calibration(cls, spec: ModelSpec) -> None:
+        """The worst case of 000 Alg. 2 / 001 Alg. 2: log(1/gamma) > 0 (I_i divides by it), I_i and the
+        fallback's 1/(1 - gamma) at the last deletion i = tau = N_MAX, the largest shift (eta_1 L, or the
+        diameter D of the fallback), its sigma at i = N_MAX, and the norms the OGD, GD and noise steps form."""
+        checks = Checks(cls.algorithm)
+        eng = construct(cls, spec)
+        R, eps = spec.domain_radius, ("privacy.epsilon", "privacy.delta")
+        common_checks(checks, eng.loss, spec)
+        checks.finite("rho", spec.rho, *eps, positive=True)
+        gamma = ("bounds.x_norm", "l2")
+        checks.finite("log(1/gamma_gd)", lambda: -math.log(eng.gamma_gd), *gamma, positive=True)
+        checks.finite("1/(1-gamma_gd)", lambda: 1.0 / (1.0 - eng.gamma_gd), *gamma, positive=True)
+        checks.finite("I(N_MAX)", lambda: eng.planned_gd_steps(N_MAX, N_MAX), *gamma, "domain_radius")
+        eta_1 = checks.finite("eta_1", lambda: eng.schedule.eta(1), *gamma, positive=True)
+        a_ogd = checks.squared("eta_1 L", eta_1 * eng.L, *gamma, "domain_radius")
+        checks.squared("update_norm", update_norm_bound(R, max(a_ogd, eng.eta_gd * eng.L)), *gamma, "domain_radius")
+        a_max = max(a_ogd, eng.D)
+        mult = checks.finite("noise_multiplier(N_MAX)", lambda: eng.noise_multiplier(N_MAX), *eps, positive=True)
+        sigma = checks.squared("sigma(N_MAX)", mult * a_max, *eps, *gamma)
+        checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.dim + 1), *eps, "domain_radius", *gamma)
 
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -22,7 +22,25 @@ BOUND_TOLERANCE = 1e-9
 
 
 class SpecError(ValueError):
-    """The model specification or its hyperparameters are invalid."""
+    """The model specification or its hyperparameters are invalid.
+
+    ``fields`` names the spec fields involved as API paths (``bounds.x_norm``, ``hyperparameters.eta``), most
+    likely culprit first, when the engine knows them; the service turns them into the field and accepted range
+    of its 422 problem."""
+
+    def __init__(self, message: str, *, fields: Sequence[str] = ()):
+        super().__init__(message)
+        self.fields = tuple(fields)
+        # set by the service's field search (registry.build_spec): the field to change and its accepted range
+        self.field: str | None = None
+        self.accepted: tuple[float, float] | None = None
+
+
+class NumericError(ArithmeticError):
+    """A computation left the finite float range (it would publish or store a non-finite number).
+
+    Creation-time ``check_calibration`` is meant to make this unreachable; it is the runtime guard behind it:
+    the service answers a problem and changes nothing instead of publishing null weights."""
 
 
 class UnderNoisedSpec(SpecError):
@@ -157,6 +175,18 @@ class Unlearner(ABC):
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
         """Validate ``spec.hyperparameters`` and return them with every default filled in."""
         return dict(spec.hyperparameters)
+
+    @classmethod
+    def check_calibration(cls, spec: ModelSpec) -> None:
+        """Refuse (``SpecError`` naming the fields) a spec for which any calibration the model may ever need
+        -- loss constants, step sizes, the sigma of the last certifiable deletion, iteration counts, the squared
+        norms its updates form -- would be non-finite, or zero where it divides.  Families evaluate their own
+        calibration at its worst case (app/unlearning/calibration.py); this default covers the loss constants."""
+        from .calibration import Checks, common_checks, construct  # calibration imports this module
+
+        checks = Checks(cls.algorithm)
+        engine = construct(cls, spec)
+        common_checks(checks, engine.loss, spec)
 
     @classmethod
     def from_state(cls, spec: ModelSpec, state: Mapping[str, Any], noise: NoiseSource | None = None) -> "Unlearner":

@@ -44,6 +44,8 @@ from .base import (
     SpecError,
     Unlearner,
 )
+from .calibration import (N_MAX, CalibrationError, Checks, common_checks, construct, noise_norm_bound,
+                          update_norm_bound)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import Loss, augment, make_loss
@@ -146,6 +148,9 @@ class DescentToDelete(Unlearner):
     weak_constant_printed = False  # Thm 3.5 as printed: 2 sqrt(2M) instead of 4 sqrt(2) sqrt(M) (E2)
     strong_exponent = 0.4          # Thm 3.4 exponent (E1: printed 4/5, corrected 2/5)
     partition_iterations_cap: int | None = None  # distributed: cap T' (a deliberately under-budgeted control)
+    # Work bound checked at creation: a round that needs more gradient-descent iterations than this (gamma too
+    # close to 1) would never finish inside a request; such a spec is refused instead (tests may lower it).
+    max_iterations: int = 10**6
 
     def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
         super().__init__(spec, noise)
@@ -248,6 +253,54 @@ class DescentToDelete(Unlearner):
                 raise SpecError(f"the perfect variant needs iterations >= I_min = {i_min:.1f} (Thm 3.2)")
         return hp
 
+    @classmethod
+    def check_calibration(cls, spec: ModelSpec) -> None:
+        """Every epoch's constants (Thms 3.1-3.5, 4.5) at data-set sizes n from 1 (the largest sigma and
+        regularisation) to N_MAX (the smallest sigma, gamma closest to 1, the most iterations): gamma < 1
+        (T divides by log(1/gamma)), sigma finite and > 0 (rho = Delta^2/(2 sigma^2)), the training and first
+        update iteration counts finite and at most ``max_iterations``, and the norms of the GD and publication
+        steps (theta - eta grad, mean + sigma z) finite when squared."""
+        checks = Checks(cls.algorithm)
+        eng = construct(cls, spec)
+        R, eps = spec.domain_radius, ("privacy.epsilon", "privacy.delta")
+        common_checks(checks, eng.base_loss, spec)
+        hp_reg = ("hyperparameters.regularization",) if eng.hp["regularization"] is not None else ()
+        gamma = ("l2", "bounds.x_norm", *hp_reg)
+        log_inv = math.inf
+        for n in (1, 2, 2**10, 2**20, 2**30, 2**40, N_MAX):
+            probe = DescentToDelete.__new__(cls)
+            probe.__dict__.update(eng.__dict__)
+            probe.n_epoch = probe.n_current = n
+            probe.m_reg = checks.finite(f"m(n={n})", lambda: probe._regularization_for(n), *eps, *gamma)
+            checks.call(f"constants(n={n})", probe._configure, *gamma, *eps)
+            c = probe.c
+            checks.finite(f"mu(n={n})", c.m, "l2", *hp_reg, positive=True)
+            checks.finite(f"log(1/gamma)(n={n})", -c.log_gamma, *gamma, positive=True)
+            checks.squared(f"L(n={n})", c.L, "bounds.x_norm", "domain_radius")
+            checks.squared(f"update_norm(n={n})", update_norm_bound(R, c.eta * c.L), *gamma, "domain_radius")
+            sens = checks.finite(f"Delta(n={n})", probe.sensitivity, *gamma, *eps)
+            sigma = checks.finite(f"sigma(n={n})", probe.sigma, *eps, *gamma, positive=sens > 0)
+            checks.finite(f"rho(n={n})", lambda: probe.rho_update, *eps, *gamma)
+            checks.squared(f"noise_norm(n={n})", noise_norm_bound(R, sigma, eng.d), *eps, *gamma, "domain_radius")
+            first = checks.finite(f"T_1(n={n})", lambda: probe.update_iterations(1), *gamma, *eps)
+            checks.finite(f"T(n={n})", probe.T, *gamma, *eps)
+            if probe.variant == "distributed":  # grows polynomially in n by design (Thm 4.5): finite only
+                checks.finite(f"T'_1(n={n})", lambda: dm.distributed_partition_iterations(
+                    c, probe.sizes, n, probe.I, 1, spec.delta, 1), *gamma, *eps)
+            elif first > cls.max_iterations:
+                cls._too_much_work(f"T_1 = {first:.3g}", c.gamma, gamma)
+            log_inv = min(log_inv, -c.log_gamma)
+        # every iteration count above carries log(n or 1/delta ...)/log(1/gamma): at gamma -> 1 no round ends
+        per = math.log(N_MAX) / log_inv
+        if per > cls.max_iterations:
+            cls._too_much_work(f"log(N_MAX)/log(1/gamma) = {per:.3g}", math.exp(-log_inv), gamma)
+
+    @classmethod
+    def _too_much_work(cls, what: str, g: float, fields: tuple[str, ...]) -> None:
+        raise CalibrationError(f"{cls.algorithm}: {what} gradient-descent iterations exceed the work bound "
+                               f"{cls.max_iterations} (gamma = {g!r} is too close to 1)", quantity="iterations",
+                               fields=fields)
+
     # ---- public constants of the current epoch -------------------------------------------------------------
     def _regularization_for(self, n: int) -> float:
         if self.variant not in ("regularized_strong", "regularized_weak"):
@@ -302,7 +355,8 @@ class DescentToDelete(Unlearner):
 
     @property
     def rho_update(self) -> float:
-        return self.sensitivity**2 / (2.0 * self.sigma**2) if self.sigma > 0 else 0.0
+        # (Delta/sigma)^2/2 = Delta^2/(2 sigma^2): the ratio first, so that neither square under- or overflows
+        return 0.5 * (self.sensitivity / self.sigma) ** 2 if self.sigma > 0 else 0.0
 
     def update_iterations(self, i: int) -> int:
         """T_i for the i-th update of the epoch (PGD variants)."""

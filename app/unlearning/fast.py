@@ -170,7 +170,8 @@ def set_enabled(flag: bool) -> bool:
 def schedule_params(schedule: Schedule) -> tuple[float, int, float] | None:
     """(cap, t_switch, mu_sched): eta_t = cap if t < t_switch else 1/(mu_sched t); None if not expressible."""
     if type(schedule) is CappedStronglyConvex:
-        return schedule.cap, int(schedule.t0), schedule.mu
+        # the clock never reaches 2**62: a larger t0 (mu << beta) means "capped at every step" (int64 argument)
+        return schedule.cap, min(int(schedule.t0), 2**62), schedule.mu
     if type(schedule) is StronglyConvex:
         return 0.0, 0, schedule.mu
     if type(schedule) is ConstantStep:

@@ -79,6 +79,7 @@ import numpy as np
 from . import release
 from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
                    Unlearner, validate_examples)
+from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, update_norm_bound
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment
@@ -338,6 +339,35 @@ class MemoryPair(Unlearner):
                     "burn_in = 0, the draft's learner: 1.88 Delta; bench/memory_pair_replay.py), so its certificate "
                     f"would be false; use \"auto\" or an integer >= {least}", hp)
 
+    @classmethod
+    def check_calibration(cls, spec: ModelSpec) -> None:
+        """The worst case of the draft's insertion and deletion: the step L/lam (||lam B^-1|| <= 1, eta <= 1/lam),
+        the curvature products (beta D)^2 of the pair test, sigma_step at n = 2 (the largest: removal scale 1),
+        the norm of theta + d + sigma xi, and every number the ledger publishes (capacity, N_gamma(m))."""
+        checks = Checks(cls.algorithm)
+        eng = construct(cls, spec)
+        R, eps = spec.domain_radius, ("privacy.epsilon", "privacy.delta")
+        common_checks(checks, eng.loss, spec)
+        checks.finite("rho_step", lambda: eng.rho_step, *eps, positive=True)
+        infl = checks.squared("L/lam", lambda: eng.L / eng.lam, "l2", "bounds.x_norm", "domain_radius")
+        checks.squared("beta D", eng.beta * eng.D, "bounds.x_norm", "domain_radius")
+        checks.finite("burn_in", lambda: math.ceil(eng.beta / eng.lam), "bounds.x_norm", "l2")
+        checks.squared("C", lambda: eng.curvature_bounds()[1], "bounds.x_norm")
+        checks.squared("update_norm", update_norm_bound(R, infl), "domain_radius", "l2")
+        sigma = checks.squared("sigma_step(2)", lambda: eng.sigma_step(2), *eps, "l2", "bounds.x_norm")
+        checks.squared("noise_norm", noise_norm_bound(R + infl, sigma, eng.p), *eps, "domain_radius", "l2")
+        # the ledger it publishes after every learn and forget (gamma-capacity gamma N - G D sqrt(c C S_N), N_gamma),
+        # fresh and at the longest stream: N = N_MAX inserts with every gradient at the bound L (S_N = N L^2)
+        gam = ("hyperparameters.gamma",) if "gamma" in spec.hyperparameters else ()
+        for n, s_grad in ((0, 0.0), (N_MAX, N_MAX * eng.L**2)):
+            eng.n_inserts = eng.n_active = n
+            eng.S_grad = s_grad
+            published = checks.call(f"ledger(N={n})", lambda: {**eng.ledger(), **eng.constants()}, *gam, *eps,
+                                    "bounds.x_norm", "l2")
+            for k, v in published.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    checks.finite(f"ledger {k} (N={n})", v, *gam, *eps, "bounds.x_norm", "l2", "domain_radius")
+
     # ---- state --------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         return {
@@ -455,7 +485,11 @@ class MemoryPair(Unlearner):
 
         lo = max(2, math.floor((a / gam) ** 2))
         if ok(lo):
-            while lo > 2 and ok(lo - 1):  # only possible if the floor above rounded down onto a feasible N
+            # only possible if the floor above rounded down onto a feasible N: a few steps at most.  Bounded:
+            # beyond 2**53, lo - 1 == lo in floating point and the walk would never end
+            for _ in range(8):
+                if not (lo > 2 and ok(lo - 1)):
+                    break
                 lo -= 1
             return lo
         hi = lo

@@ -39,6 +39,7 @@ Schedules (hyperparameter ``schedule``; digest §2.4):
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -46,6 +47,7 @@ import numpy as np
 from . import fast, release
 from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
                    Unlearner)
+from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, update_norm_bound
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment, make_loss
@@ -238,6 +240,45 @@ class PassiveOLU(Unlearner):
         return False
 
     @classmethod
+    def check_calibration(cls, spec: ModelSpec) -> None:
+        """The worst case of Alg. 1 (000): the first (largest) step eta_1 of the schedule, the largest shift
+        a = eta_u L (Gamma <= 1 on every deletable step), the sigma of the last deletion the ledger certifies
+        (i = max_deletions, or i = N_MAX for the unbounded omega series) and the norms these put into theta."""
+        checks = Checks(cls.algorithm)
+        eng = construct(cls, spec)
+        eng.calibration_worst_case(checks)
+
+    def calibration_worst_case(self, checks: Checks) -> None:
+        spec, R = self.spec, self.spec.domain_radius
+        common_checks(checks, self.loss, spec)
+        eps = ("privacy.epsilon", "privacy.delta")
+        checks.finite("rho", spec.rho, *eps, positive=True)
+        hp_eta = ("hyperparameters.eta",) if self.schedule_name == "convex_constant" else ()
+        if isinstance(self.schedule, Adaptive):
+            p0 = ("hyperparameters.p0",)
+            eta_first = checks.finite("eta_1", self.schedule.current_eta, *p0, "domain_radius", positive=True)
+            # a deletable step has eta_u <= 2/beta (capped, or the uncapped rule); a learning step is at most D
+            # long, since eta_t ||g_t|| = D ||g_t|| / sqrt(p0 + sum ||g||^2) <= D
+            a_max = checks.squared("a_max", min(eta_first, self.schedule.cap) * self.L, "bounds.x_norm", *p0)
+            step = 2.0 * R
+            checks.finite("p(N_MAX)", self.schedule.p0 + N_MAX * self.L**2, *p0, "bounds.x_norm")
+        else:
+            eta_first = checks.finite("eta_1", lambda: self.schedule.eta(1), "l2", "bounds.x_norm", *hp_eta,
+                                      positive=True)
+            a_max = step = checks.squared("a_max", eta_first * self.L, "bounds.x_norm", "l2", "domain_radius", *hp_eta)
+        checks.finite("a_max", a_max, "bounds.x_norm", "l2", positive=True)
+        checks.squared("update_norm", update_norm_bound(R, step), "domain_radius", "bounds.x_norm", "l2")
+        # the first deletion has the smallest sigma: a normal float, so that a / sigma keeps its precision and the
+        # certified rho matches the ledger's allowance (app.privacy.ledger)
+        sigma_1 = checks.finite("sigma(1)", lambda: self.noise_multiplier(1) * a_max, *eps, "bounds.x_norm", "l2")
+        checks.finite("sigma(1)", sigma_1 if sigma_1 >= sys.float_info.min else 0.0, *eps, "bounds.x_norm",
+                      "domain_radius", positive=True)
+        last = self.capacity if self.capacity is not None else N_MAX
+        mult = checks.finite("noise_multiplier(last)", lambda: self.noise_multiplier(last), *eps, positive=True)
+        sigma = checks.squared("sigma(last)", mult * a_max, *eps, "bounds.x_norm", "l2", positive=True)
+        checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.dim + 1), *eps, "bounds.x_norm", "domain_radius")
+
+    @classmethod
     def default_capped(cls) -> bool:
         return True
 
@@ -419,7 +460,7 @@ class PassiveOLU(Unlearner):
         floor = self.roundoff_floor(u, tau)
         a = shift if shift >= floor else floor
         sigma = self.noise_multiplier(i) * a
-        rho_i = a * a / (2.0 * sigma * sigma) if sigma > 0 else 0.0
+        rho_i = 0.5 * (a / sigma) ** 2 if sigma > 0 else 0.0  # a^2/(2 sigma^2), the ratio first (no under/overflow)
         self.theta, grid, sigma_used, sens_used = release.discrete_release(
             self.theta, a, sigma, self.noise, scale=self.spec.domain_radius, radius=self.spec.domain_radius)
         if isinstance(self.schedule, Adaptive) and self.eta_script is None:

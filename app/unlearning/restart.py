@@ -29,6 +29,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 
+from .calibration import N_MAX
 from .base import ModelSpec, RetainedData, SpecError
 from .certificate import Certificate
 from .domain import project_l2_ball
@@ -87,6 +88,12 @@ class PassiveOLURestart(PassiveOLU):
             raise SpecError("c must be a positive number")
         hp["c"] = c
         return hp
+
+    def calibration_worst_case(self, checks) -> None:
+        super().calibration_worst_case(checks)
+        # 000 Alg. 3 line 5 at the longest epoch: c sqrt(log tau + 2k) / (L^2 d k^2.2)
+        checks.finite("restart_threshold", lambda: self.restart_threshold(N_MAX), "bounds.x_norm",
+                      "hyperparameters.c")
 
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

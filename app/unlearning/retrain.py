@@ -14,6 +14,7 @@ from typing import Any, Collection, Mapping, Sequence
 import numpy as np
 
 from .base import ForgetError, ModelSpec, RetainedData, SpecError, Unlearner
+from .calibration import Checks, common_checks, construct, update_norm_bound
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import Loss, augment
@@ -128,6 +129,16 @@ class RetrainOGD(OGDIterate, Unlearner):
         if not spec.l2 > 0:
             raise SpecError(f"{cls.algorithm} needs l2 > 0 (strong convexity mu = l2)")
         return hp
+
+    @classmethod
+    def check_calibration(cls, spec: ModelSpec) -> None:
+        """Exact forgetting needs no noise: the loss constants and the largest OGD step (eta_1 L) must be finite."""
+        checks = Checks(cls.algorithm)
+        eng = construct(cls, spec)
+        common_checks(checks, eng.loss, spec)
+        eta_1 = checks.finite("eta_1", lambda: eng.schedule.eta(1), "l2", "bounds.x_norm", positive=True)
+        step = checks.squared("eta_1 L", eta_1 * eng.L, "bounds.x_norm", "l2", "domain_radius")
+        checks.squared("update_norm", update_norm_bound(spec.domain_radius, step), "domain_radius", "bounds.x_norm")
 
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -61,6 +61,7 @@ from .base import (
     Unlearner,
 )
 from . import release
+from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, update_norm_bound
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment, make_loss
@@ -335,6 +336,37 @@ class RewindToDelete(Unlearner):
             raise SpecError("need epsilon > 0 and 0 < delta < 1")
         return hp
 
+    @classmethod
+    def check_calibration(cls, spec: ModelSpec) -> None:
+        """sigma of every epoch the model can train (Thms 2-4 via 18/22, Lemmas 13/14), at the sizes where it
+        is largest (small n: the most deletions per record) and smallest (n = N_MAX): the sensitivity bound,
+        its Markov tail, sigma finite and > 0 (rho = tail^2/(2 sigma^2)), the SGD step eta G, and the released
+        theta + sigma z, whose scores X~ ||theta|| must stay finite."""
+        checks = Checks(cls.algorithm)
+        eng = construct(cls, spec)
+        R, eps = spec.domain_radius, ("privacy.epsilon", "privacy.delta")
+        common_checks(checks, eng.loss, spec)
+        hp = ("hyperparameters.eta",) if "eta" in spec.hyperparameters else ()
+        bounds = ("bounds.x_norm", "l2", "bounds.y_abs", "domain_radius", *hp)
+        eta = checks.finite("eta", eng.eta, *hp, "bounds.x_norm", "l2", positive=True)
+        checks.squared("eta G", eta * eng.G, *hp, "bounds.x_norm", "l2")
+        for name, v in (("B", eng.B), ("C", eng.C), ("ell_theta0", eng.ell0)):
+            checks.squared(name, v, "bounds.y_abs", "bounds.x_norm", "l2")
+        theta = update_norm_bound(R, eta * eng.G) if eng.projected else R
+        for n in sorted({1, 2, eng.initial_size, N_MAX}):
+            cap = eng.capacity_for(n)
+            K = (checks.call(f"K(n={n})", lambda: eng.min_K(n, cap, eng.sigma_target), *bounds, *eps)
+                 if eng.sigma_target is not None else eng.K)
+            sens = checks.finite(f"Sigma(n={n})", lambda: eng.sensitivity_bound(n, cap, K) if cap > 0 else 0.0,
+                                  *bounds, *eps)
+            sigma, tail = checks.call(f"sigma(n={n})", lambda: eng.noise_scale(sens), *eps, *bounds)
+            checks.finite(f"tail(n={n})", tail, *eps, *bounds)
+            checks.finite(f"sigma(n={n})", sigma, *eps, *bounds, positive=sens > 0)
+            if sigma > 0:
+                checks.finite(f"rho(n={n})", lambda: 0.5 * (tail / sigma) ** 2, *eps, *bounds)
+            release = checks.squared(f"release_norm(n={n})", noise_norm_bound(theta, sigma, eng.dim), *eps, *bounds)
+            checks.finite(f"release_score(n={n})", eng.loss.feature_bound * release, *eps, *bounds)
+
     # ---- state ------------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         return {
@@ -507,7 +539,8 @@ class RewindToDelete(Unlearner):
         self.theta_start = start
         self.trained, self.trained_upto, self.n_train = 1, upto, n
         self.capacity_total, self.sigma, self.sensitivity = cap, sigma, sens
-        self.rho_release = tail * tail / (2.0 * sigma * sigma) if sigma > 0 else 0.0
+        # (tail/sigma)^2/2 = tail^2/(2 sigma^2): the ratio first, so that neither square under- or overflows
+        self.rho_release = 0.5 * (tail / sigma) ** 2 if sigma > 0 else 0.0
         self.published_theta = self._release(theta_T)
 
     def roundoff_floor(self) -> float:
