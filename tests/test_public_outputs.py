@@ -51,6 +51,9 @@ FAMILIES = [
     ("memory_pair", {"capacity": 8, "deletion_features": "client"}, False),
     ("rewind_to_delete", {"initial_size": 20, "T": 60, "K": 20, "m_max": 3, "learn_policy": "retrain"}, False),
     ("online_dp_tree", {"horizon": 40, "max_deletions": 3}, False),  # ledger/receipts name the grid: public only
+    ("discard_and_restart", {}, True),  # every forget restarts from the data-independent initial state
+    ("second_order_olu", {}, False),
+    ("second_order_olu", {"solver": "cg"}, False),
 ]
 
 # ids, times, signatures and values keyed by per-tenant secrets differ between any two runs, whatever the data
