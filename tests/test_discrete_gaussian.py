@@ -230,12 +230,28 @@ def test_randbelow_rejects_instead_of_reducing_modulo():
 
 
 def test_bernoulli_decisions_are_exact_integer_comparisons():
-    """Bernoulli(num/den) with num/den = (2^60 + 1)/2^61: the draw u = 2^60 is below num (True), although in
-    float64 u/den = 0.5 == num/den, so a float comparison u/den < num/den would say False."""
+    """Bernoulli(num/den) with num/den = (2^60 + 1)/2^61 = 0.1 0^59 1 in binary: a uniform U whose first 61 bits
+    are 1 0^60 is below num/den (True), although U >= 0.5 == float(num/den), so a float comparison would say False;
+    bits 1 0^59 1 agree with every digit of num/den, whose expansion then ends: U >= num/den (False)."""
     num, den = 2**60 + 1, 2**61
-    assert not (2**60 / den < num / den)  # what floating point would decide
-    assert nz._bern_frac(ScriptedBits([2**60]), num, den) is True
-    assert nz._bern_frac(ScriptedBits([2**60 + 1]), num, den) is False
+    assert float(num / den) == 0.5  # what floating point would compare against
+    below = ScriptedBits([1] + [0] * 60)
+    assert nz._bern_frac(below, num, den) is True and below.pos == 61 and not below.values
+    equal = ScriptedBits([1] + [0] * 59 + [1])
+    assert nz._bern_frac(equal, num, den) is False and equal.pos == 61 and not equal.values
+    # the first differing bit decides, and no further bit is read
+    assert nz._bern_frac(ScriptedBits([0]), num, den) is True
+    assert nz._bern_frac(ScriptedBits([1, 1]), num, den) is False
+    assert nz._bern_frac(ScriptedBits([]), 0, 5) is False and nz._bern_frac(ScriptedBits([]), 5, 5) is True
+
+
+def test_bernoulli_reads_two_bits_on_average():
+    """The lazy comparison reads 2 bits per Bernoulli on average (1 + a geometric), however large den is."""
+    bits = SeededRandomBits("lazy-bits").stream()
+    n, num, den = 20_000, 2**61 // 3, 2**61 + 7
+    hits = sum(nz._bern_frac(bits, num, den) for _ in range(n))
+    assert binomtest(hits, n, num / den).pvalue > P_MIN
+    assert abs(bits.pos / n - 2.0) < 0.05
 
 
 @pytest.mark.parametrize("sigma", [0.1, 1 + 2.0**-52, 3.7, 2.0**31 - 0.5, 1e-3, 12345.678])

@@ -165,12 +165,23 @@ def _randbelow(key, st, n):
 
 
 def _bern_frac(key, st, num, den):
+    """noise._bern_frac: U < num/den by lazy bit-by-bit comparison (r < den <= 2^62, so 2r < 2^63)."""
     if num <= 0:
         return False, st
     if num >= den:
         return True, st
-    v, st = _randbelow(key, st, den)
-    return v < num, st
+    r = num
+    while True:
+        r += r
+        digit = 0
+        if r >= den:
+            digit = 1
+            r -= den
+        b, st = _take(key, st, 1)
+        if b != digit:
+            return b < digit, st
+        if r == 0:
+            return False, st
 
 
 def _bern_exp_series(key, st, n1, d1, n2, d2):

@@ -222,12 +222,28 @@ class SeededRandomBits:
 
 
 def _bern_frac(bits: ChaChaBits, num: int, den: int) -> bool:
-    """Bernoulli(num/den), 0 <= num <= den: True iff a uniform draw on [0, den) is < num (no bits at 0 or 1)."""
+    """Bernoulli(num/den), 0 <= num <= den: True iff U < num/den for U = 0.b1 b2 b3 ... uniform on [0, 1), its bits
+    read one at a time and compared with the binary digits of num/den (long division: r <- 2r, digit = [r >= den],
+    r <- r - digit den) until they first differ (expected 2 bits, at most 2 + bitlen(den) in expectation's tail;
+    no bits at num/den = 0 or 1).  Exact: U < p iff at the first differing position U's bit is 0 and p's is 1,
+    which happens at position k with probability 2^-k exactly when p's k-th digit is 1, so P(True) = sum of those
+    = p.  If p's expansion ends (r = 0) while the bits still agree, U >= p: False."""
     if num <= 0:
         return False
     if num >= den:
         return True
-    return bits.randbelow(den) < num
+    r = num
+    while True:
+        r += r
+        digit = 0
+        if r >= den:
+            digit = 1
+            r -= den
+        b = bits.take(1)
+        if b != digit:
+            return b < digit
+        if r == 0:
+            return False
 
 
 def _bern_exp_series(bits: ChaChaBits, n1: int, d1: int, n2: int, d2: int) -> bool:
