@@ -29,7 +29,6 @@ Without numba (or with OLU_NUMBA=0) ``available()`` is False and every draw take
 """
 from __future__ import annotations
 
-import functools
 import os
 import threading
 
@@ -254,21 +253,21 @@ def _gauss_one(key, st, n, d, t, ttd, two_n, vmax, ymax):
             return (-x if neg == 1 else x), True, st
 
 
-def _kernel(key_bytes, pos0, prm, out):
-    """Fill out[0..] with draws from bit position pos0 of the keystream of the 32-byte key; prm = ``params``'s
-    (N, D, t, t^2 D, 2N, vmax, ymax).  Returns (draws completed, bit position after them)."""
-    n, d, t, ttd, two_n, vmax, ymax = prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6]
+def _kernel(key_bytes, pos0, start, n, d, t, ttd, two_n, vmax, ymax, out):
+    """Fill out[start..] with draws from bit position pos0 of the keystream of the 32-byte key; (n, ..., ymax) =
+    ``params``'s (N, D, t, t^2 D, 2N, vmax, ymax), passed as scalars (an int64 array built per call cost ~0.7 us).
+    Returns (index of the first draw not completed = out.shape[0] when all are, bit position where it starts)."""
     k = [_ZERO] * 8
     for j in range(8):  # RFC 8439: the key as eight little-endian 32-bit words
         k[j] = (np.uint64(key_bytes[4 * j]) | (np.uint64(key_bytes[4 * j + 1]) << _S8)
                 | (np.uint64(key_bytes[4 * j + 2]) << _S16) | (np.uint64(key_bytes[4 * j + 3]) << _S24))
     key = (k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7])
     st = (np.int64(pos0), np.int64(-1), (_ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO), False)
-    for i in range(out.shape[0]):
-        start = st[0]
+    for i in range(start, out.shape[0]):
+        first = st[0]
         y, ok, st = _gauss_one(key, st, n, d, t, ttd, two_n, vmax, ymax)
         if not ok or st[3]:
-            return i, start
+            return i, first
         out[i] = y
     return out.shape[0], st[0]
 
@@ -300,7 +299,7 @@ def warm_up() -> None:
     """Compile (or load from numba's cache) the kernel now; a no-op without numba."""
     if available():
         k = _compile()
-        k(bytes(32), 0, params(1.0)[-1], np.empty(1, np.int64))
+        k(bytes(32), 0, 0, *params(1.0)[4], np.empty(1, np.int64))
 
 
 _warming = False
@@ -333,55 +332,72 @@ def set_enabled(flag: bool) -> bool:
     return previous
 
 
-@functools.lru_cache(maxsize=256)
-def params(sigma: float) -> tuple[int, int, int, bool, np.ndarray | None]:
-    """(N, D, t, fits, prm) for sigma: prm = int64 [N, D, t, t^2 D, 2N, vmax, ymax] if the kernel's bounds hold
-    (module docstring), else None."""
+def params(sigma: float) -> tuple[int, int, int, bool, tuple[int, ...] | None]:
+    """(N, D, t, fits, prm) for sigma: prm = (N, D, t, t^2 D, 2N, vmax, ymax) if the kernel's bounds hold (module
+    docstring), else None.  Integer operations only (noise._dgauss_params), so not cached: sigma changes with
+    every forget."""
     n, d, t = noise._dgauss_params(sigma)
     ttd, two_n = t * t * d, 2 * n
-    fits = ttd <= LIMIT and two_n <= LIMIT
-    prm = np.array([n, d, t, ttd, two_n, LIMIT // t - 1, LIMIT // (t * d)], dtype=np.int64) if fits else None
-    return n, d, t, fits, prm
+    if ttd <= LIMIT and two_n <= LIMIT:
+        return n, d, t, True, (n, d, t, ttd, two_n, LIMIT // t - 1, LIMIT // (t * d))
+    return n, d, t, False, None
+
+
+SIGNIFICANT_BITS = 29    # sigma_for_fast_path: sigma >= 1 rounded up to this many significant bits ...
+SMALL_SIGMA_STEP = -29   # ... and sigma < 1 up to a multiple of 2^-29
 
 
 def sigma_for_fast_path(sigma: float) -> float:
-    """A float >= sigma, within a relative 2^-29 (sigma >= 1/4) or an absolute 2^-30 (sigma < 1/4), that the
-    kernel accepts whenever sigma <= 2^30: sigma rounded up to 30 significant bits, or for sigma < 1/4 to a
-    multiple of 2^-30.  A caller that wants the compiled path calibrates with this sigma (more noise, never less).
+    """A float s >= sigma with s - sigma <= max(sigma 2^-28, 2^-29) that the kernel accepts whenever sigma <= 2^30,
+    with room to spare: sigma rounded up to 29 significant bits, or for sigma < 1 to a multiple of 2^-29.  A
+    caller that wants the compiled path calibrates with this s (more noise, never less).
 
-    Why it fits: for 1/4 <= sigma < 2^30 (2^E <= sigma < 2^(E+1), -2 <= E <= 29) the result is M 2^-f with
-    M <= 2^30 and f = 29 - E >= 0, so N = M^2 <= 2^60 and, with t <= 2^(E+1), t^2 D <= 2^(2E+2) 2^(58-2E) = 2^60;
-    below 1/4 it is M 2^-30 with M < 2^28, t = 1, D <= 2^60, N < 2^56; sigma = 2^30: N = 2^60, t^2 < 2^61.
-    Above 2^30.5, 2N > 2^62 and the pure path runs whatever the rounding.
+    Why it fits: for 1 <= s < 2^29 (2^(E-1) <= s < 2^E, 1 <= E <= 29; s = 2^E exactly has D = 1) s = r 2^(E-29)
+    with r <= 2^29, so N = r^2 <= 2^58, t <= 2^E and D <= 2^(2(29-E)): t^2 D <= 2^58.  Then ymax = 2^62 // (t D)
+    >= 16 t, so a Laplace candidate leaves the kernel's bounds with probability about exp(-16) < 2e-7 per try
+    (with 30 significant bits ymax could be 4 t: e^-4 = 2 %; sigma ~ 2.6e4, typical of a forget, sent about one
+    forget in twenty through the pure path).  For 2^29 <= s <= 2^30 s is an integer, D = 1, N <= 2^60,
+    t^2 < 2^61 (ymax >= 4 t there; such draws resume in the kernel after the pure path redoes them).  Below 1:
+    s = M 2^-29 with M <= 2^29, t <= 2, D <= 2^58, N <= 2^58, ymax >= 16.  Above 2^30.5, 2N > 2^62 and the pure
+    path runs whatever the rounding.
     """
     import math
     sigma = float(sigma)
     if not (math.isfinite(sigma) and sigma > 0):
         raise ValueError(f"sigma must be a finite positive number, got {sigma!r}")
-    if sigma < 0.25:
-        return math.ldexp(math.ceil(math.ldexp(sigma, 30)), -30)
-    m, e = math.frexp(sigma)              # sigma = m 2^e, 0.5 <= m < 1
-    r = math.ceil(math.ldexp(m, 30))      # exact: an integer <= 2^30
-    return math.ldexp(r, e - 30)          # exact
+    if sigma < 1.0:
+        return math.ldexp(math.ceil(math.ldexp(sigma, -SMALL_SIGMA_STEP)), SMALL_SIGMA_STEP)
+    m, e = math.frexp(sigma)                            # sigma = m 2^e, 0.5 <= m < 1
+    r = math.ceil(math.ldexp(m, SIGNIFICANT_BITS))      # exact: an integer <= 2^29
+    return math.ldexp(r, e - SIGNIFICANT_BITS)          # exact
 
 
 def sample(sigma: float, size: int, rand) -> np.ndarray:
-    """noise.sample_discrete_gaussian: the compiled kernel when it applies, the pure path for the rest."""
-    prm = params(sigma)[4]
+    """noise.sample_discrete_gaussian: the compiled kernel when it applies, the pure path for the rest.
+
+    A draw whose candidate leaves the kernel's int64 bounds is redone by the pure path from the bit position where
+    it started (the same bits, so the same draw), and the kernel resumes after it."""
+    n, d, t, fits, prm = params(sigma)
     size = noise._check_size(size)
+    if not fits or not enabled or numba is None:
+        return noise.sample_discrete_gaussian_pure(sigma, size, rand)
     out = np.empty(size, dtype=np.int64)
-    if prm is None or not enabled or numba is None:
-        return noise.sample_discrete_gaussian_pure(sigma, size, rand, _out=out)
     kernel = _compiled if _compiled is not None else _compile()
     if type(rand) is noise.SecureRandomBits:  # its stream(), without building the object unless it is needed
-        key, pos = os.urandom(32), 0
-        start, pos = kernel(key, pos, prm, out)
-        if start == size:
-            return out
-        bits = noise.ChaChaBits(key, pos)
+        bits, key, pos = None, os.urandom(32), 0
     else:
         bits = rand.stream()
-        start, bits.pos = kernel(bits.key, bits.pos, prm, out)
+        key, pos = bits.key, bits.pos
+    start = 0
+    while True:
+        start, pos = kernel(key, pos, start, *prm, out)
         if start == size:
-            return out
-    return noise.sample_discrete_gaussian_pure(sigma, size, rand, _start=start, _out=out, _bits=bits)
+            break
+        if bits is None:
+            bits = noise.ChaChaBits(key, pos)
+        bits.pos = pos
+        out[start] = noise._dgauss_int64(bits, n, d, t)
+        start, pos = start + 1, bits.pos
+    if bits is not None:
+        bits.pos = pos
+    return out
