@@ -141,3 +141,65 @@ def _learn_holding(e, X, y):
     for i in range(len(y)):
         steps.extend(e.learn(X[i : i + 1], y[i : i + 1], ArrayRetained(np.arange(1, i + 1), X[:i], y[:i])))
     return np.asarray(steps)
+
+
+# ---- the production release in one compiled call (fast_dgauss.secure_release) --------------------------------
+class _KeyBits:
+    """The stream SecureRandomBits would give for a known key (tests only)."""
+
+    def __init__(self, key: bytes):
+        self.key = key
+
+    def stream(self):
+        from app.unlearning.noise import ChaChaBits
+        return ChaChaBits(self.key)
+
+
+@pytest.mark.parametrize("radius", [0.5, 100.0, None])
+def test_secure_release_is_the_general_release_for_the_same_key(monkeypatch, radius):
+    """With SecureGaussianNoise, add_discrete_noise draws and rounds in one compiled call; for the same os.urandom
+    key that is exactly the pure sampler's draws rounded by fast.grid_noise_step (the general route)."""
+    from app.unlearning import fast, fast_dgauss
+    from app.unlearning.noise import SecureGaussianNoise, sample_discrete_gaussian_pure
+    if not fast_dgauss.available():
+        pytest.skip("numba not available")
+    rng = np.random.default_rng(9)
+    calls = []
+    for i in range(40):
+        key = rng.bytes(32)
+        monkeypatch.setattr(fast_dgauss.os, "urandom", lambda n, key=key: calls.append(n) or key)
+        theta = rng.normal(size=int(rng.integers(1, 40))) * rng.uniform(0.01, 3)
+        grid = 2.0 ** int(rng.integers(-30, -5))
+        sigma = fast_dgauss.sigma_for_fast_path(float(10 ** rng.uniform(-1, 6)))
+        got = release.add_discrete_noise(theta, grid, sigma * grid, SecureGaussianNoise(), radius)
+        k = sample_discrete_gaussian_pure(sigma, theta.shape[0], _KeyBits(key))
+        np.testing.assert_array_equal(got, fast.grid_noise_step(theta, k, grid, radius))
+    assert calls == [32] * 40  # one fresh key per release, through the compiled path
+
+
+def test_secure_release_hands_a_draw_outside_the_bounds_to_the_pure_path(monkeypatch):
+    """A candidate outside the kernel's int64 bounds (forced here with ymax = 12): the pure path redoes that draw
+    from the same bit position and the result is still the general release's."""
+    from app.unlearning import fast, fast_dgauss
+    from app.unlearning.noise import sample_discrete_gaussian_pure
+    if not fast_dgauss.available():
+        pytest.skip("numba not available")
+    fast_dgauss.warm_up()
+    kernel = fast_dgauss._compiled
+    stopped = []
+
+    def tight(key, p, q, theta, grid, radius):
+        prm = fast_dgauss.params(p / q)[4][:6] + (12,)
+        k = np.empty(theta.shape[0], dtype=np.int64)
+        done, pos = kernel(key, 0, 0, *prm, k)
+        stopped.append(done)
+        return done, pos, k, np.empty(theta.shape[0])
+
+    monkeypatch.setattr(fast_dgauss, "_compiled_release", tight)
+    key = bytes(range(32))
+    monkeypatch.setattr(fast_dgauss.os, "urandom", lambda n: key)
+    theta = np.linspace(-1, 1, 200)
+    got = fast_dgauss.secure_release(theta, 10.0, 2.0**-8, 0.9)
+    k = sample_discrete_gaussian_pure(10.0, 200, _KeyBits(key))
+    assert np.abs(k).max() > 12 and stopped[0] < 200  # the kernel did stop
+    np.testing.assert_array_equal(got, fast.grid_noise_step(theta, k, 2.0**-8, 0.9))

@@ -29,12 +29,13 @@ Without numba (or with OLU_NUMBA=0) ``available()`` is False and every draw take
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 
 import numpy as np
 
-from . import noise
+from . import fast, noise
 
 try:  # pragma: no cover - depends on the environment
     if os.environ.get("OLU_NUMBA", "1").strip().lower() in ("0", "false", "no", "off"):
@@ -272,19 +273,40 @@ def _kernel(key_bytes, pos0, start, n, d, t, ttd, two_n, vmax, ymax, out):
     return out.shape[0], st[0]
 
 
+def _release_kernel(key_bytes, p, q, theta, grid, radius):
+    """The whole release in one compiled call: sigma = p/q (``secure_release``), so N = p^2, D = q^2 and the rest of
+    ``params`` are formed here; k <- draws from the start of the keystream of the key (``_kernel``) and, when all
+    are drawn, out <- Pi_K(g (round(theta / g) + k)) (fast._py_noise_step: the operations of fast.grid_noise_step;
+    no projection for radius = inf).  Returns (draws completed, bit position after them, k, out)."""
+    n = p * p
+    d = q * q
+    t = p // q + 1
+    size = theta.shape[0]
+    k = np.empty(size, dtype=np.int64)
+    out = np.empty(size, dtype=np.float64)
+    done, pos = _kernel(key_bytes, 0, 0, n, d, t, t * t * d, 2 * n, LIMIT // t - 1, LIMIT // (t * d), k)
+    if done == size:
+        _noise_step(theta, k, grid, radius, out)
+    return done, pos, k, out
+
+
+_noise_step = fast._py_noise_step  # compiled here too, so that _release_kernel calls it without a dispatch
 _PY = {f.__name__: f for f in (_qr, _chacha_block, _word, _take, _bitlen, _randbelow, _bern_frac, _bern_exp_series,
                                _bern_exp_product, _gauss_one, _kernel)}
+_PY["_noise_step"] = _noise_step
+_PY["_release_kernel"] = _release_kernel
 # every helper but the block function is inlined into the kernel (numba inline="always"): the bit reader's state
 # tuple then never crosses a call boundary (~25 % less time per draw than calls to the Bernoulli helpers)
 _INLINE = frozenset(("_qr", "_word", "_take", "_bitlen", "_randbelow", "_bern_frac", "_bern_exp_series",
                      "_bern_exp_product", "_gauss_one"))
 _compiled = None
+_compiled_release = None
 _lock = threading.Lock()
 
 
 def _compile():
     """njit every helper (callees first, rebinding the module names so callers compile against them)."""
-    global _compiled
+    global _compiled, _compiled_release
     with _lock:
         if _compiled is None:
             g = globals()
@@ -294,6 +316,7 @@ def _compile():
                     g[name] = numba.njit(cache=True, nogil=True, **opts)(f)
                 except Exception:  # pragma: no cover - e.g. no writable cache directory
                     g[name] = numba.njit(nogil=True, **opts)(f)
+            _compiled_release = g["_release_kernel"]
             _compiled = g["_kernel"]
     return _compiled
 
@@ -303,6 +326,7 @@ def warm_up() -> None:
     if available():
         k = _compile()
         k(bytes(32), 0, 0, *params(1.0)[4], np.empty(1, np.int64))
+        _compiled_release(bytes(32), 1, 1, np.zeros(1), 1.0, 1.0)
 
 
 _warming = False
@@ -364,7 +388,6 @@ def sigma_for_fast_path(sigma: float) -> float:
     s = M 2^-29 with M <= 2^29, t <= 2, D <= 2^58, N <= 2^58, ymax >= 16.  Above 2^30.5, 2N > 2^62 and the pure
     path runs whatever the rounding.
     """
-    import math
     sigma = float(sigma)
     if not (math.isfinite(sigma) and sigma > 0):
         raise ValueError(f"sigma must be a finite positive number, got {sigma!r}")
@@ -391,16 +414,56 @@ def sample(sigma: float, size: int, rand) -> np.ndarray:
     else:
         bits = rand.stream()
         key, pos = bits.key, bits.pos
-    start = 0
-    while True:
-        start, pos = kernel(key, pos, start, *prm, out)
-        if start == size:
-            break
-        if bits is None:
-            bits = noise.ChaChaBits(key, pos)
-        bits.pos = pos
-        out[start] = noise._dgauss_int64(bits, n, d, t)
-        start, pos = start + 1, bits.pos
-    if bits is not None:
+    start, pos = kernel(key, pos, 0, *prm, out)
+    if start < size:
+        _finish(kernel, key, pos, start, prm, out, bits)
+    elif bits is not None:
         bits.pos = pos
     return out
+
+
+def _finish(kernel, key, pos, start, prm, out, bits):
+    """Complete out[start..] after the kernel stopped at draw ``start`` (bit position pos): the pure path redoes
+    that draw from pos on the same stream, then the kernel resumes.  Returns the stream, at the end position."""
+    n, d, t = prm[0], prm[1], prm[2]
+    size = out.shape[0]
+    if bits is None:
+        bits = noise.ChaChaBits(key, pos)
+    while start < size:
+        bits.pos = pos
+        out[start] = noise._dgauss_int64(bits, n, d, t)
+        start, pos = kernel(key, bits.pos, start + 1, *prm, out)
+    bits.pos = pos
+    return bits
+
+
+_P_MAX = math.isqrt(LIMIT // 2)   # sigma = p/q in lowest terms: 2N = 2 p^2 <= 2^62 iff p <= _P_MAX
+_TQ_MAX = math.isqrt(LIMIT)       # t^2 D = (t q)^2 <= 2^62 iff t q <= 2^31
+
+
+def secure_release(theta: np.ndarray, sigma: float, grid: float, radius: float | None) -> np.ndarray | None:
+    """Pi_K(g (round(theta / g) + k)), k ~ N_Z(0, sigma^2)^n (sigma in grid units) with production randomness (a
+    fresh os.urandom ChaCha20 key, as noise.SecureGaussianNoise.discrete_gaussian), drawing and rounding in one
+    compiled call; the same result as fast.grid_noise_step(theta, sample(sigma, n, SECURE_BITS), grid, radius)
+    for the same key (tests/test_discrete_release.py).  theta: a C-contiguous float64 vector (release.py's
+    ascontiguousarray).  None when the compiled path does not apply (no numba, switched off, sigma not a positive
+    float within the kernel's bounds): the caller takes the general route.  Nothing is kept.
+
+    ``params``' bounds are checked on sigma = p/q directly (p, q from float.as_integer_ratio, lowest terms) and
+    the kernel forms N, D, t and the rest itself: the per-call Python work is a few integer operations, one
+    os.urandom read and one dispatch with six arguments."""
+    if not enabled or numba is None or type(sigma) is not float or not 0.0 < sigma < math.inf or theta.ndim != 1:
+        return None
+    p, q = sigma.as_integer_ratio()
+    if p > _P_MAX or (p // q + 1) * q > _TQ_MAX:
+        return None
+    kernel = _compiled_release
+    if kernel is None:
+        _compile()
+        kernel = _compiled_release
+    key = os.urandom(32)
+    done, pos, k, out = kernel(key, p, q, theta, float(grid), math.inf if radius is None else float(radius))
+    if done == theta.shape[0]:
+        return out
+    _finish(_compiled, key, pos, done, params(sigma)[4], k, None)
+    return fast.grid_noise_step(theta, k, grid, radius)

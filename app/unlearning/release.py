@@ -44,8 +44,9 @@ import math
 
 import numpy as np
 
-from . import fast
+from . import fast, fast_dgauss
 from .fast_dgauss import sigma_for_fast_path
+from .noise import SecureGaussianNoise
 
 U64 = 2.0**-53            # unit round-off of float64
 GRID_FACTOR = 2.0**10     # K: the rounding adds at most Delta / K to the sensitivity
@@ -92,6 +93,10 @@ def add_discrete_noise(theta: np.ndarray, grid: float, sigma: float, noise, radi
     theta = np.ascontiguousarray(theta, dtype=np.float64)
     if sigma <= 0.0:
         return theta.copy() if radius is None else fast.project(theta, radius)
+    if type(noise) is SecureGaussianNoise:  # production: draw and round in one compiled call (same law, same ops)
+        out = fast_dgauss.secure_release(theta, sigma / grid, grid, radius)
+        if out is not None:
+            return out
     k = np.asarray(noise.discrete_gaussian(sigma / grid, theta.shape[0]), dtype=np.int64)
     return fast.grid_noise_step(theta, k, grid, radius)
 
