@@ -99,19 +99,23 @@ def _chacha_block(key, counter):
             x8 | (x9 << _S32), x10 | (x11 << _S32), x12 | (x13 << _S32), x14 | (x15 << _S32))
 
 
-# The bit reader's state is a tuple (bit position, index of the cached block, the cached block, counter exhausted)
+# The bit reader's state is a tuple (bit position, index of the cached block, the cached block, counter exhausted,
+# index of the last word read, that word)
 # passed and returned by value: numba calls that pass arrays pay ~30 ns of reference counting each, tuples do not.
 
 def _word(key, st, i):
-    """The i-th 64-bit keystream word."""
-    pos, bidx, blk, bad = st
+    """The i-th 64-bit keystream word (the last word read is kept in the state: most reads are single bits of it)."""
+    pos, bidx, blk, bad, widx, w = st
+    if i == widx:
+        return w, st
     b = i >> 3
     if b != bidx:
         if b >= _BLOCK_LIMIT:
-            return _ZERO, (pos, bidx, blk, True)
+            return _ZERO, (pos, bidx, blk, True, widx, w)
         blk = _chacha_block(key, b)
         bidx = b
-    return blk[i & 7], (pos, bidx, blk, bad)
+    w = blk[i & 7]
+    return w, (pos, bidx, blk, bad, i, w)
 
 
 def _take(key, st, k):
@@ -127,7 +131,7 @@ def _take(key, st, k):
         hi = w & ((_ONE << np.uint64(64 - off)) - _ONE)
         lo, st = _word(key, st, w0 + 1)
         v = np.int64((hi << np.uint64(r)) | (lo >> np.uint64(64 - r)))
-    return v, (pos + k, st[1], st[2], st[3])
+    return v, (pos + k, st[1], st[2], st[3], st[4], st[5])
 
 
 def _bitlen(m):
@@ -263,7 +267,8 @@ def _kernel(key_bytes, pos0, start, n, d, t, ttd, two_n, vmax, ymax, out):
         k[j] = (np.uint64(key_bytes[4 * j]) | (np.uint64(key_bytes[4 * j + 1]) << _S8)
                 | (np.uint64(key_bytes[4 * j + 2]) << _S16) | (np.uint64(key_bytes[4 * j + 3]) << _S24))
     key = (k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7])
-    st = (np.int64(pos0), np.int64(-1), (_ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO), False)
+    st = (np.int64(pos0), np.int64(-1), (_ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO), False,
+          np.int64(-1), _ZERO)
     for i in range(start, out.shape[0]):
         first = st[0]
         y, ok, st = _gauss_one(key, st, n, d, t, ttd, two_n, vmax, ymax)
