@@ -72,7 +72,7 @@ def test_release_is_on_the_grid_keeps_rho_and_bounds_the_coupled_gap():
         assert (g, s1, d1) == (g2, s2, d2)
         assert release.on_grid(p1, g) and release.on_grid(p2, g)
         assert d1 == delta + g * math.sqrt(n) and d1 <= delta * (1 + 1 / release.GRID_FACTOR)
-        # the charge is kept (sigma' only rounded up, by < 2^-29, for the compiled sampler)
+        # the charge is kept (sigma' only rounded up, by < 2^-28 relative, for the compiled sampler)
         assert d1**2 / (2 * s1**2) == pytest.approx(delta**2 / (2 * sigma**2), rel=1e-8)
         assert d1**2 / (2 * s1**2) <= delta**2 / (2 * sigma**2)
         assert np.linalg.norm(p1 - p2) <= d1  # the lattice sensitivity with the same draw k in both worlds

@@ -8,19 +8,29 @@ bits and return the same draws.
 
 Overflow bound (why int64 suffices).  Let sigma^2 = N/D (lowest terms), t = floor(sigma) + 1.  The kernel is used
 only when t^2 D <= 2^62 and 2N <= 2^62 (``params``): every denominator it draws against (t, t^2 D, 2N, the series
-counter K) is then <= 2^62, so ``randbelow`` needs at most 62 bits per try.  Per candidate:
+counter K) is then <= 2^62.  ``randbelow`` (only for U on [0, t)) needs at most 62 bits per try; a Bernoulli
+(num/den) compares bits with the digits of num/den by long division on a remainder r < den, so 2r < 2^63.
+Per candidate:
   * Laplace:  x = u + t v with u < t; the kernel requires v <= vmax = 2^62 // t - 1, so t v <= 2^62 - t and
     x <= 2^62 - 1.
   * Acceptance: e = | |Y| t D - N |; the kernel requires |Y| <= ymax = 2^62 // (t D), so |Y| t D <= 2^62 and,
     with 0 < N <= 2^61, |e| <= 2^62.  Only e, t^2 D, 2N, their quotients (<= e) and remainders are formed; the
     exponent's own numerator e^2 and denominator 2 N t^2 D never are (noise._bern_exp_product).
   * K (series counter), the loop counters xi, yi: at most the number of iterations run, far below 2^62.
-A candidate outside these bounds (probability below exp(-2^60 / sigma^2)-ish for the Laplace tail, i.e. never in
-practice, but handled) makes the kernel stop before that draw and report it; the pure path then redoes that draw
-from the bit position where it started (so the stream, and the result, are the same as the pure path's) and the
-rest.  A sigma with t^2 D > 2^62 or 2N > 2^62 (sigma > 2^30.5, or a sigma whose mantissa has more than ~30
-significant bits, e.g. 3.7) runs on the pure path entirely (~10 us per draw): ``sigma_for_fast_path`` rounds a
-sigma <= 2^30 up to 30 significant bits (relative increase < 2^-29) for callers that want the compiled path.
+A candidate outside these bounds makes the kernel stop before that draw and report it; the pure path then redoes
+that draw from the bit position where it started (so the stream, and the result, are the same as the pure path's)
+and the kernel resumes after it (``_finish``).  ymax / t = 2^62 / (t^2 D), so how often that happens depends on
+sigma's mantissa: with 30 significant bits it could be 4 (a Laplace candidate beyond ymax with probability ~e^-4
+per try; at sigma ~ 2.6e4, typical of a forget, about one forget in twenty took the pure path); with the 29 bits
+of ``sigma_for_fast_path`` it is at least 16 below 2^29 (probability ~e^-16 per try).  A sigma with
+t^2 D > 2^62 or 2N > 2^62 (sigma > 2^30.5, or a sigma whose mantissa has more than ~30 significant bits, e.g.
+3.7) runs on the pure path entirely (~10 us per draw).
+
+Speed (d + 1 = 17 draws at sigma ~ 1e4 - 1e5, the size of a forget; 2-core VM shared with other work).  About 60
+keystream bits per draw (Bernoulli(num/den) reads 2 bits on average instead of bitlen(den) ~ 60); every helper
+is inlined into the kernel and the bit reader keeps its last word, ~0.15 us per draw, most of it branch
+mispredictions on random bits (the same 17 draws from a fixed key take half as long); ``secure_release`` draws,
+rounds to the grid and projects in one call (~2 us fixed: os.urandom, dispatch, first block).
 
 Randomness.  Per call: one 256-bit ChaCha20 key from os.urandom (``noise.SecureRandomBits``) - 32 bytes from the
 kernel (~0.3 us) instead of reading every random bit from os.urandom (a 2 KiB read costs ~4 us, more than the
