@@ -25,10 +25,13 @@ Gaussian for Differential Privacy"):
     V ~ Geometric via Bernoulli(exp(-1)), X = U + t V, a sign bit, -0 rejected.
   * Algorithm 3: t = floor(sigma) + 1; Y ~ Laplace_Z(t), accepted with Bernoulli(exp(-(|Y| - sigma^2/t)^2 /
     (2 sigma^2))).  With sigma^2 = N/D and e = |Y| t D - N the exponent is (|e| / t^2 D) (|e| / 2N).
-Exactness: sigma^2 is the rational Fraction(sigma)^2 (a float is a dyadic rational; sigma * sigma in floating point
-is not used anywhere), and every decision is an integer comparison of a uniform integer with an integer: no
-floating-point number takes part in sampling, so the output law is N_Z(0, sigma^2) exactly, given uniform bits.
-Randomness: uniform integers on [0, n) take k = bitlen(n - 1) bits and are rejected while >= n (no modulo bias).
+Exactness: sigma^2 is the rational (p/q)^2 for sigma = p/q (``float.as_integer_ratio``: a float is a dyadic
+rational; sigma * sigma in floating point is not used anywhere), and every decision compares uniform bits with
+the binary digits of an integer ratio: no floating-point number takes part in sampling, so the output law is
+N_Z(0, sigma^2) exactly, given uniform bits.
+Randomness: uniform integers on [0, n) take k = bitlen(n - 1) bits and are rejected while >= n (no modulo bias);
+Bernoulli(num/den) reads bits one at a time until they first differ from num/den's binary digits (2 bits on
+average, ``_bern_frac``), about 60 bits per draw at sigma ~ 1e4 - 1e5 (~350 with a uniform on [0, den) each).
 The bits are a ChaCha20 keystream (RFC 8439): ``SecureRandomBits`` keys it with 32 fresh bytes of os.urandom per
 sampling call and drops key and stream when the call returns (a CSPRNG keyed by the OS CSPRNG; ChaCha20 is also
 what the Linux kernel's getrandom uses); ``SeededRandomBits`` keys it from a seed for tests only.
