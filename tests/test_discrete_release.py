@@ -191,14 +191,17 @@ def test_secure_release_hands_a_draw_outside_the_bounds_to_the_pure_path(monkeyp
     kernel = fast_dgauss._compiled
     stopped = []
 
-    def tight(key, p, q, theta, grid, radius):
-        prm = fast_dgauss.params(p / q)[4][:6] + (12,)
-        k = np.empty(theta.shape[0], dtype=np.int64)
-        done, pos = kernel(key, 0, 0, *prm, k)
+    def tight(key, start_pos, start, n, d, t, ttd, two_n, vmax, ymax, k):
+        done, pos = kernel(key, start_pos, start, n, d, t, ttd, two_n, vmax, 12, k)
         stopped.append(done)
-        return done, pos, k, np.empty(theta.shape[0])
+        return done, pos
 
-    monkeypatch.setattr(fast_dgauss, "_compiled_release", tight)
+    def release_kernel(key, p, q, theta, grid, radius, out):  # the release kernel under the same tight bound
+        done, _ = tight(key, 0, 0, *fast_dgauss.params(p / q)[4], np.empty(theta.shape[0], dtype=np.int64))
+        return done
+
+    monkeypatch.setattr(fast_dgauss, "_compiled_release", release_kernel)
+    monkeypatch.setattr(fast_dgauss, "_compiled", tight)
     key = bytes(range(32))
     monkeypatch.setattr(fast_dgauss, "os", SimpleNamespace(urandom=lambda n: key))
     theta = np.linspace(-1, 1, 200)

@@ -288,21 +288,20 @@ def _kernel(key_bytes, pos0, start, n, d, t, ttd, two_n, vmax, ymax, out):
     return out.shape[0], st[0]
 
 
-def _release_kernel(key_bytes, p, q, theta, grid, radius):
+def _release_kernel(key_bytes, p, q, theta, grid, radius, out):
     """The whole release in one compiled call: sigma = p/q (``secure_release``), so N = p^2, D = q^2 and the rest of
     ``params`` are formed here; k <- draws from the start of the keystream of the key (``_kernel``) and, when all
     are drawn, out <- Pi_K(g (round(theta / g) + k)) (fast._py_noise_step: the operations of fast.grid_noise_step;
-    no projection for radius = inf).  Returns (draws completed, bit position after them, k, out)."""
+    no projection for radius = inf).  Returns the number of draws completed (theta.shape[0] on success; k is not
+    returned: the rare caller that needs it redraws it from the same key, which gives the same integers)."""
     n = p * p
     d = q * q
     t = p // q + 1
-    size = theta.shape[0]
-    k = np.empty(size, dtype=np.int64)
-    out = np.empty(size, dtype=np.float64)
+    k = np.empty(theta.shape[0], dtype=np.int64)
     done, pos = _kernel(key_bytes, 0, 0, n, d, t, t * t * d, 2 * n, LIMIT // t - 1, LIMIT // (t * d), k)
-    if done == size:
+    if done == k.shape[0]:
         _noise_step(theta, k, grid, radius, out)
-    return done, pos, k, out
+    return done
 
 
 _noise_step = fast._py_noise_step  # compiled here too, so that _release_kernel calls it without a dispatch
@@ -341,7 +340,7 @@ def warm_up() -> None:
     if available():
         k = _compile()
         k(bytes(32), 0, 0, *params(1.0)[4], np.empty(1, np.int64))
-        _compiled_release(bytes(32), 1, 1, np.zeros(1), 1.0, 1.0)
+        _compiled_release(bytes(32), 1, 1, np.zeros(1), 1.0, 1.0, np.empty(1))
 
 
 _warming = False
@@ -466,7 +465,7 @@ def secure_release(theta: np.ndarray, sigma: float, grid: float, radius: float |
 
     ``params``' bounds are checked on sigma = p/q directly (p, q from float.as_integer_ratio, lowest terms) and
     the kernel forms N, D, t and the rest itself: the per-call Python work is a few integer operations, one
-    os.urandom read and one dispatch with six arguments."""
+    os.urandom read, one np.empty and one dispatch returning an int (returning arrays from numba costs ~0.4 us)."""
     if not enabled or numba is None or type(sigma) is not float or not 0.0 < sigma < math.inf or theta.ndim != 1:
         return None
     p, q = sigma.as_integer_ratio()
@@ -477,8 +476,14 @@ def secure_release(theta: np.ndarray, sigma: float, grid: float, radius: float |
         _compile()
         kernel = _compiled_release
     key = os.urandom(32)
-    done, pos, k, out = kernel(key, p, q, theta, float(grid), math.inf if radius is None else float(radius))
-    if done == theta.shape[0]:
+    out = np.empty(theta.shape[0])
+    if kernel(key, p, q, theta, float(grid), math.inf if radius is None else float(radius), out) == out.shape[0]:
         return out
-    _finish(_compiled, key, pos, done, params(sigma)[4], k, None)
+    # a draw left the kernel's bounds (rare, module docstring): the same draws again from the same key, the pure
+    # path for the ones outside the bounds, then the general rounding
+    k = np.empty(theta.shape[0], dtype=np.int64)
+    prm = params(sigma)[4]
+    done, pos = _compiled(key, 0, 0, *prm, k)
+    if done < k.shape[0]:
+        _finish(_compiled, key, pos, done, prm, k, None)
     return fast.grid_noise_step(theta, k, grid, radius)
