@@ -165,6 +165,11 @@ def test_secure_release_is_the_general_release_for_the_same_key(monkeypatch, rad
     if not fast_dgauss.available():
         pytest.skip("numba not available")
     fast_dgauss.warm_up()
+
+    def separate_draw(self, sigma, size):
+        raise AssertionError("the production release draws inside the compiled call, not through discrete_gaussian")
+
+    monkeypatch.setattr(SecureGaussianNoise, "discrete_gaussian", separate_draw)
     rng = np.random.default_rng(9)
     calls = []
     for i in range(40):
