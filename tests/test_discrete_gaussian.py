@@ -142,26 +142,35 @@ def test_fallback_mid_call_gives_the_pure_draws(monkeypatch):
     position where it started, so the draws are those of the pure path."""
     sigma = 10.0
     n, d, t, fits, prm = fast_dgauss.params(sigma)
-    tight = prm.copy()
-    tight[6] = 12  # ymax: any |Y| > 12 leaves the kernel
+    tight = prm[:6] + (12,)  # ymax: any |Y| > 12 leaves the kernel
     monkeypatch.setattr(fast_dgauss, "params", lambda s: (n, d, t, True, tight))
-    a = sample_discrete_gaussian(sigma, 500, SeededRandomBits("fallback"))
-    b = sample_discrete_gaussian_pure(sigma, 500, SeededRandomBits("fallback"))
+    redone = []
+    one = nz._dgauss_int64
+    monkeypatch.setattr(nz, "_dgauss_int64", lambda *a: redone.append(1) or one(*a))
+    a_bits, b_bits = SeededRandomBits("fallback"), SeededRandomBits("fallback")
+    a = sample_discrete_gaussian(sigma, 500, a_bits)
+    b = sample_discrete_gaussian_pure(sigma, 500, b_bits)
     assert np.abs(b).max() > 12  # the fallback did happen
     np.testing.assert_array_equal(a, b)
+    assert a_bits.stream().pos == b_bits.stream().pos
+    # only the draws that left the bounds ran on the pure path: the kernel resumed after each
+    assert 0 < len(redone) - 500 < 250, len(redone)
 
 
 def test_long_mantissa_sigma_takes_the_pure_path_and_sigma_for_fast_path():
     assert not fast_dgauss.params(3.7)[3]  # 3.7 = a 52-bit mantissa: 2N > 2^62
     s = fast_dgauss.sigma_for_fast_path(3.7)
-    assert s >= 3.7 and (s - 3.7) / 3.7 < 2.0**-29
+    assert s >= 3.7 and (s - 3.7) / 3.7 < 2.0**-28
     assert fast_dgauss.params(s)[3]
     assert fast_dgauss.sigma_for_fast_path(1e6) == 1e6 and fast_dgauss.sigma_for_fast_path(0.5) == 0.5
     rng = np.random.default_rng(2)
-    for sigma in np.concatenate([10.0 ** rng.uniform(-8, 30 * math.log10(2), 400), [0.25, 2.0**30]]):
+    for sigma in np.concatenate([10.0 ** rng.uniform(-8, 30 * math.log10(2), 400), [0.25, 2.0**29, 2.0**30]]):
         s = fast_dgauss.sigma_for_fast_path(float(sigma))
-        assert s >= sigma and fast_dgauss.params(s)[3], sigma
-        assert s - sigma <= max(sigma * 2.0**-29, 2.0**-30)
+        n, d, t, fits, prm = fast_dgauss.params(s)
+        assert s >= sigma and fits, sigma
+        assert s - sigma <= max(sigma * 2.0**-28, 2.0**-29)
+        if s < 2.0**29:  # room to spare: a Laplace candidate leaves the bounds with probability ~exp(-16) per try
+            assert prm[6] >= 16 * t, sigma
     a = sample_discrete_gaussian(3.7, 50, SeededRandomBits("long"))
     np.testing.assert_array_equal(a, sample_discrete_gaussian_pure(3.7, 50, SeededRandomBits("long")))
 
@@ -230,12 +239,28 @@ def test_randbelow_rejects_instead_of_reducing_modulo():
 
 
 def test_bernoulli_decisions_are_exact_integer_comparisons():
-    """Bernoulli(num/den) with num/den = (2^60 + 1)/2^61: the draw u = 2^60 is below num (True), although in
-    float64 u/den = 0.5 == num/den, so a float comparison u/den < num/den would say False."""
+    """Bernoulli(num/den) with num/den = (2^60 + 1)/2^61 = 0.1 0^59 1 in binary: a uniform U whose first 61 bits
+    are 1 0^60 is below num/den (True), although U >= 0.5 == float(num/den), so a float comparison would say False;
+    bits 1 0^59 1 agree with every digit of num/den, whose expansion then ends: U >= num/den (False)."""
     num, den = 2**60 + 1, 2**61
-    assert not (2**60 / den < num / den)  # what floating point would decide
-    assert nz._bern_frac(ScriptedBits([2**60]), num, den) is True
-    assert nz._bern_frac(ScriptedBits([2**60 + 1]), num, den) is False
+    assert float(num / den) == 0.5  # what floating point would compare against
+    below = ScriptedBits([1] + [0] * 60)
+    assert nz._bern_frac(below, num, den) is True and below.pos == 61 and not below.values
+    equal = ScriptedBits([1] + [0] * 59 + [1])
+    assert nz._bern_frac(equal, num, den) is False and equal.pos == 61 and not equal.values
+    # the first differing bit decides, and no further bit is read
+    assert nz._bern_frac(ScriptedBits([0]), num, den) is True
+    assert nz._bern_frac(ScriptedBits([1, 1]), num, den) is False
+    assert nz._bern_frac(ScriptedBits([]), 0, 5) is False and nz._bern_frac(ScriptedBits([]), 5, 5) is True
+
+
+def test_bernoulli_reads_two_bits_on_average():
+    """The lazy comparison reads 2 bits per Bernoulli on average (1 + a geometric), however large den is."""
+    bits = SeededRandomBits("lazy-bits").stream()
+    n, num, den = 20_000, 2**61 // 3, 2**61 + 7
+    hits = sum(nz._bern_frac(bits, num, den) for _ in range(n))
+    assert binomtest(hits, n, num / den).pvalue > P_MIN
+    assert abs(bits.pos / n - 2.0) < 0.05
 
 
 @pytest.mark.parametrize("sigma", [0.1, 1 + 2.0**-52, 3.7, 2.0**31 - 0.5, 1e-3, 12345.678])
@@ -359,8 +384,7 @@ def test_fallback_with_production_bits(monkeypatch):
     """The os.urandom-keyed path falls back the same way (its stream is rebuilt from the key and position)."""
     sigma = 10.0
     n, d, t, fits, prm = fast_dgauss.params(sigma)
-    tight = prm.copy()
-    tight[6] = 12
+    tight = prm[:6] + (12,)
     monkeypatch.setattr(fast_dgauss, "params", lambda s: (n, d, t, True, tight))
     x = np.concatenate([sample_discrete_gaussian(sigma, 50, SecureRandomBits()) for _ in range(20)])
     assert x.dtype == np.int64 and np.abs(x).max() > 12

@@ -3,6 +3,7 @@ release.py), and every certified sensitivity is at least the float64 round-off o
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -71,7 +72,7 @@ def test_release_is_on_the_grid_keeps_rho_and_bounds_the_coupled_gap():
         assert (g, s1, d1) == (g2, s2, d2)
         assert release.on_grid(p1, g) and release.on_grid(p2, g)
         assert d1 == delta + g * math.sqrt(n) and d1 <= delta * (1 + 1 / release.GRID_FACTOR)
-        # the charge is kept (sigma' only rounded up, by < 2^-29, for the compiled sampler)
+        # the charge is kept (sigma' only rounded up, by < 2^-28 relative, for the compiled sampler)
         assert d1**2 / (2 * s1**2) == pytest.approx(delta**2 / (2 * sigma**2), rel=1e-8)
         assert d1**2 / (2 * s1**2) <= delta**2 / (2 * sigma**2)
         assert np.linalg.norm(p1 - p2) <= d1  # the lattice sensitivity with the same draw k in both worlds
@@ -141,3 +142,75 @@ def _learn_holding(e, X, y):
     for i in range(len(y)):
         steps.extend(e.learn(X[i : i + 1], y[i : i + 1], ArrayRetained(np.arange(1, i + 1), X[:i], y[:i])))
     return np.asarray(steps)
+
+
+# ---- the production release in one compiled call (fast_dgauss.secure_release) --------------------------------
+class _KeyBits:
+    """The stream SecureRandomBits would give for a known key (tests only)."""
+
+    def __init__(self, key: bytes):
+        self.key = key
+
+    def stream(self):
+        from app.unlearning.noise import ChaChaBits
+        return ChaChaBits(self.key)
+
+
+@pytest.mark.parametrize("radius", [0.5, 100.0, None])
+def test_secure_release_is_the_general_release_for_the_same_key(monkeypatch, radius):
+    """With SecureGaussianNoise, add_discrete_noise draws and rounds in one compiled call; for the same os.urandom
+    key that is exactly the pure sampler's draws rounded by fast.grid_noise_step (the general route)."""
+    from app.unlearning import fast, fast_dgauss
+    from app.unlearning.noise import SecureGaussianNoise, sample_discrete_gaussian_pure
+    if not fast_dgauss.available():
+        pytest.skip("numba not available")
+    fast_dgauss.warm_up()
+
+    def separate_draw(self, sigma, size):
+        raise AssertionError("the production release draws inside the compiled call, not through discrete_gaussian")
+
+    monkeypatch.setattr(SecureGaussianNoise, "discrete_gaussian", separate_draw)
+    rng = np.random.default_rng(9)
+    calls = []
+    for i in range(40):
+        key = rng.bytes(32)
+        # only fast_dgauss's view of os (numba's cache needs the real os.urandom)
+        monkeypatch.setattr(fast_dgauss, "os", SimpleNamespace(urandom=lambda n, key=key: calls.append(n) or key))
+        theta = rng.normal(size=int(rng.integers(1, 40))) * rng.uniform(0.01, 3)
+        grid = 2.0 ** int(rng.integers(-30, -5))
+        sigma = fast_dgauss.sigma_for_fast_path(float(10 ** rng.uniform(-1, 6)))
+        got = release.add_discrete_noise(theta, grid, sigma * grid, SecureGaussianNoise(), radius)
+        k = sample_discrete_gaussian_pure(sigma, theta.shape[0], _KeyBits(key))
+        np.testing.assert_array_equal(got, fast.grid_noise_step(theta, k, grid, radius))
+    assert calls == [32] * 40  # one fresh key per release, through the compiled path
+
+
+def test_secure_release_hands_a_draw_outside_the_bounds_to_the_pure_path(monkeypatch):
+    """A candidate outside the kernel's int64 bounds (forced here with ymax = 12): the pure path redoes that draw
+    from the same bit position and the result is still the general release's."""
+    from app.unlearning import fast, fast_dgauss
+    from app.unlearning.noise import sample_discrete_gaussian_pure
+    if not fast_dgauss.available():
+        pytest.skip("numba not available")
+    fast_dgauss.warm_up()
+    kernel = fast_dgauss._compiled
+    stopped = []
+
+    def tight(key, start_pos, start, n, d, t, ttd, two_n, vmax, ymax, k):
+        done, pos = kernel(key, start_pos, start, n, d, t, ttd, two_n, vmax, 12, k)
+        stopped.append(done)
+        return done, pos
+
+    def release_kernel(key, p, q, theta, grid, radius, out):  # the release kernel under the same tight bound
+        done, _ = tight(key, 0, 0, *fast_dgauss.params(p / q)[4], np.empty(theta.shape[0], dtype=np.int64))
+        return done
+
+    monkeypatch.setattr(fast_dgauss, "_compiled_release", release_kernel)
+    monkeypatch.setattr(fast_dgauss, "_compiled", tight)
+    key = bytes(range(32))
+    monkeypatch.setattr(fast_dgauss, "os", SimpleNamespace(urandom=lambda n: key))
+    theta = np.linspace(-1, 1, 200)
+    got = fast_dgauss.secure_release(theta, 10.0, 2.0**-8, 0.9)
+    k = sample_discrete_gaussian_pure(10.0, 200, _KeyBits(key))
+    assert np.abs(k).max() > 12 and stopped[0] < 200  # the kernel did stop
+    np.testing.assert_array_equal(got, fast.grid_noise_step(theta, k, 2.0**-8, 0.9))

@@ -8,19 +8,29 @@ bits and return the same draws.
 
 Overflow bound (why int64 suffices).  Let sigma^2 = N/D (lowest terms), t = floor(sigma) + 1.  The kernel is used
 only when t^2 D <= 2^62 and 2N <= 2^62 (``params``): every denominator it draws against (t, t^2 D, 2N, the series
-counter K) is then <= 2^62, so ``randbelow`` needs at most 62 bits per try.  Per candidate:
+counter K) is then <= 2^62.  ``randbelow`` (only for U on [0, t)) needs at most 62 bits per try; a Bernoulli
+(num/den) compares bits with the digits of num/den by long division on a remainder r < den, so 2r < 2^63.
+Per candidate:
   * Laplace:  x = u + t v with u < t; the kernel requires v <= vmax = 2^62 // t - 1, so t v <= 2^62 - t and
     x <= 2^62 - 1.
   * Acceptance: e = | |Y| t D - N |; the kernel requires |Y| <= ymax = 2^62 // (t D), so |Y| t D <= 2^62 and,
     with 0 < N <= 2^61, |e| <= 2^62.  Only e, t^2 D, 2N, their quotients (<= e) and remainders are formed; the
     exponent's own numerator e^2 and denominator 2 N t^2 D never are (noise._bern_exp_product).
   * K (series counter), the loop counters xi, yi: at most the number of iterations run, far below 2^62.
-A candidate outside these bounds (probability below exp(-2^60 / sigma^2)-ish for the Laplace tail, i.e. never in
-practice, but handled) makes the kernel stop before that draw and report it; the pure path then redoes that draw
-from the bit position where it started (so the stream, and the result, are the same as the pure path's) and the
-rest.  A sigma with t^2 D > 2^62 or 2N > 2^62 (sigma > 2^30.5, or a sigma whose mantissa has more than ~30
-significant bits, e.g. 3.7) runs on the pure path entirely (~10 us per draw): ``sigma_for_fast_path`` rounds a
-sigma <= 2^30 up to 30 significant bits (relative increase < 2^-29) for callers that want the compiled path.
+A candidate outside these bounds makes the kernel stop before that draw and report it; the pure path then redoes
+that draw from the bit position where it started (so the stream, and the result, are the same as the pure path's)
+and the kernel resumes after it (``_finish``).  ymax / t = 2^62 / (t^2 D), so how often that happens depends on
+sigma's mantissa: with 30 significant bits it could be 4 (a Laplace candidate beyond ymax with probability ~e^-4
+per try; at sigma ~ 2.6e4, typical of a forget, about one forget in twenty took the pure path); with the 29 bits
+of ``sigma_for_fast_path`` it is at least 16 below 2^29 (probability ~e^-16 per try).  A sigma with
+t^2 D > 2^62 or 2N > 2^62 (sigma > 2^30.5, or a sigma whose mantissa has more than ~30 significant bits, e.g.
+3.7) runs on the pure path entirely (~10 us per draw).
+
+Speed (d + 1 = 17 draws at sigma ~ 1e4 - 1e5, the size of a forget; 2-core VM shared with other work).  About 60
+keystream bits per draw (Bernoulli(num/den) reads 2 bits on average instead of bitlen(den) ~ 60); every helper
+is inlined into the kernel and the bit reader keeps its last word, ~0.15 us per draw, most of it branch
+mispredictions on random bits (the same 17 draws from a fixed key take half as long); ``secure_release`` draws,
+rounds to the grid and projects in one call (~2 us fixed: os.urandom, dispatch, first block).
 
 Randomness.  Per call: one 256-bit ChaCha20 key from os.urandom (``noise.SecureRandomBits``) - 32 bytes from the
 kernel (~0.3 us) instead of reading every random bit from os.urandom (a 2 KiB read costs ~4 us, more than the
@@ -29,13 +39,13 @@ Without numba (or with OLU_NUMBA=0) ``available()`` is False and every draw take
 """
 from __future__ import annotations
 
-import functools
+import math
 import os
 import threading
 
 import numpy as np
 
-from . import noise
+from . import fast, noise
 
 try:  # pragma: no cover - depends on the environment
     if os.environ.get("OLU_NUMBA", "1").strip().lower() in ("0", "false", "no", "off"):
@@ -99,19 +109,23 @@ def _chacha_block(key, counter):
             x8 | (x9 << _S32), x10 | (x11 << _S32), x12 | (x13 << _S32), x14 | (x15 << _S32))
 
 
-# The bit reader's state is a tuple (bit position, index of the cached block, the cached block, counter exhausted)
+# The bit reader's state is a tuple (bit position, index of the cached block, the cached block, counter exhausted,
+# index of the last word read, that word)
 # passed and returned by value: numba calls that pass arrays pay ~30 ns of reference counting each, tuples do not.
 
 def _word(key, st, i):
-    """The i-th 64-bit keystream word."""
-    pos, bidx, blk, bad = st
+    """The i-th 64-bit keystream word (the last word read is kept in the state: most reads are single bits of it)."""
+    pos, bidx, blk, bad, widx, w = st
+    if i == widx:
+        return w, st
     b = i >> 3
     if b != bidx:
         if b >= _BLOCK_LIMIT:
-            return _ZERO, (pos, bidx, blk, True)
+            return _ZERO, (pos, bidx, blk, True, widx, w)
         blk = _chacha_block(key, b)
         bidx = b
-    return blk[i & 7], (pos, bidx, blk, bad)
+    w = blk[i & 7]
+    return w, (pos, bidx, blk, bad, i, w)
 
 
 def _take(key, st, k):
@@ -127,7 +141,7 @@ def _take(key, st, k):
         hi = w & ((_ONE << np.uint64(64 - off)) - _ONE)
         lo, st = _word(key, st, w0 + 1)
         v = np.int64((hi << np.uint64(r)) | (lo >> np.uint64(64 - r)))
-    return v, (pos + k, st[1], st[2], st[3])
+    return v, (pos + k, st[1], st[2], st[3], st[4], st[5])
 
 
 def _bitlen(m):
@@ -165,12 +179,23 @@ def _randbelow(key, st, n):
 
 
 def _bern_frac(key, st, num, den):
+    """noise._bern_frac: U < num/den by lazy bit-by-bit comparison (r < den <= 2^62, so 2r < 2^63)."""
     if num <= 0:
         return False, st
     if num >= den:
         return True, st
-    v, st = _randbelow(key, st, den)
-    return v < num, st
+    r = num
+    while True:
+        r += r
+        digit = 0
+        if r >= den:
+            digit = 1
+            r -= den
+        b, st = _take(key, st, 1)
+        if b != digit:
+            return b < digit, st
+        if r == 0:
+            return False, st
 
 
 def _bern_exp_series(key, st, n1, d1, n2, d2):
@@ -243,35 +268,59 @@ def _gauss_one(key, st, n, d, t, ttd, two_n, vmax, ymax):
             return (-x if neg == 1 else x), True, st
 
 
-def _kernel(key_bytes, pos0, prm, out):
-    """Fill out[0..] with draws from bit position pos0 of the keystream of the 32-byte key; prm = ``params``'s
-    (N, D, t, t^2 D, 2N, vmax, ymax).  Returns (draws completed, bit position after them)."""
-    n, d, t, ttd, two_n, vmax, ymax = prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6]
+def _kernel(key_bytes, pos0, start, n, d, t, ttd, two_n, vmax, ymax, out):
+    """Fill out[start..] with draws from bit position pos0 of the keystream of the 32-byte key; (n, ..., ymax) =
+    ``params``'s (N, D, t, t^2 D, 2N, vmax, ymax), passed as scalars (an int64 array built per call cost ~0.7 us).
+    Returns (index of the first draw not completed = out.shape[0] when all are, bit position where it starts)."""
     k = [_ZERO] * 8
     for j in range(8):  # RFC 8439: the key as eight little-endian 32-bit words
         k[j] = (np.uint64(key_bytes[4 * j]) | (np.uint64(key_bytes[4 * j + 1]) << _S8)
                 | (np.uint64(key_bytes[4 * j + 2]) << _S16) | (np.uint64(key_bytes[4 * j + 3]) << _S24))
     key = (k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7])
-    st = (np.int64(pos0), np.int64(-1), (_ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO), False)
-    for i in range(out.shape[0]):
-        start = st[0]
+    st = (np.int64(pos0), np.int64(-1), (_ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO), False,
+          np.int64(-1), _ZERO)
+    for i in range(start, out.shape[0]):
+        first = st[0]
         y, ok, st = _gauss_one(key, st, n, d, t, ttd, two_n, vmax, ymax)
         if not ok or st[3]:
-            return i, start
+            return i, first
         out[i] = y
     return out.shape[0], st[0]
 
 
+def _release_kernel(key_bytes, p, q, theta, grid, radius, out):
+    """The whole release in one compiled call: sigma = p/q (``secure_release``), so N = p^2, D = q^2 and the rest of
+    ``params`` are formed here; k <- draws from the start of the keystream of the key (``_kernel``) and, when all
+    are drawn, out <- Pi_K(g (round(theta / g) + k)) (fast._py_noise_step: the operations of fast.grid_noise_step;
+    no projection for radius = inf).  Returns the number of draws completed (theta.shape[0] on success; k is not
+    returned: the rare caller that needs it redraws it from the same key, which gives the same integers)."""
+    n = p * p
+    d = q * q
+    t = p // q + 1
+    k = np.empty(theta.shape[0], dtype=np.int64)
+    done, pos = _kernel(key_bytes, 0, 0, n, d, t, t * t * d, 2 * n, LIMIT // t - 1, LIMIT // (t * d), k)
+    if done == k.shape[0]:
+        _noise_step(theta, k, grid, radius, out)
+    return done
+
+
+_noise_step = fast._py_noise_step  # compiled here too, so that _release_kernel calls it without a dispatch
 _PY = {f.__name__: f for f in (_qr, _chacha_block, _word, _take, _bitlen, _randbelow, _bern_frac, _bern_exp_series,
                                _bern_exp_product, _gauss_one, _kernel)}
-_INLINE = frozenset(("_qr", "_word", "_take", "_bitlen", "_randbelow", "_bern_frac"))
+_PY["_noise_step"] = _noise_step
+_PY["_release_kernel"] = _release_kernel
+# every helper but the block function is inlined into the kernel (numba inline="always"): the bit reader's state
+# tuple then never crosses a call boundary (~25 % less time per draw than calls to the Bernoulli helpers)
+_INLINE = frozenset(("_qr", "_word", "_take", "_bitlen", "_randbelow", "_bern_frac", "_bern_exp_series",
+                     "_bern_exp_product", "_gauss_one"))
 _compiled = None
+_compiled_release = None
 _lock = threading.Lock()
 
 
 def _compile():
     """njit every helper (callees first, rebinding the module names so callers compile against them)."""
-    global _compiled
+    global _compiled, _compiled_release
     with _lock:
         if _compiled is None:
             g = globals()
@@ -281,6 +330,7 @@ def _compile():
                     g[name] = numba.njit(cache=True, nogil=True, **opts)(f)
                 except Exception:  # pragma: no cover - e.g. no writable cache directory
                     g[name] = numba.njit(nogil=True, **opts)(f)
+            _compiled_release = g["_release_kernel"]
             _compiled = g["_kernel"]
     return _compiled
 
@@ -289,7 +339,8 @@ def warm_up() -> None:
     """Compile (or load from numba's cache) the kernel now; a no-op without numba."""
     if available():
         k = _compile()
-        k(bytes(32), 0, params(1.0)[-1], np.empty(1, np.int64))
+        k(bytes(32), 0, 0, *params(1.0)[4], np.empty(1, np.int64))
+        _compiled_release(bytes(32), 1, 1, np.zeros(1), 1.0, 1.0, np.empty(1))
 
 
 _warming = False
@@ -322,55 +373,117 @@ def set_enabled(flag: bool) -> bool:
     return previous
 
 
-@functools.lru_cache(maxsize=256)
-def params(sigma: float) -> tuple[int, int, int, bool, np.ndarray | None]:
-    """(N, D, t, fits, prm) for sigma: prm = int64 [N, D, t, t^2 D, 2N, vmax, ymax] if the kernel's bounds hold
-    (module docstring), else None."""
+def params(sigma: float) -> tuple[int, int, int, bool, tuple[int, ...] | None]:
+    """(N, D, t, fits, prm) for sigma: prm = (N, D, t, t^2 D, 2N, vmax, ymax) if the kernel's bounds hold (module
+    docstring), else None.  Integer operations only (noise._dgauss_params), so not cached: sigma changes with
+    every forget."""
     n, d, t = noise._dgauss_params(sigma)
     ttd, two_n = t * t * d, 2 * n
-    fits = ttd <= LIMIT and two_n <= LIMIT
-    prm = np.array([n, d, t, ttd, two_n, LIMIT // t - 1, LIMIT // (t * d)], dtype=np.int64) if fits else None
-    return n, d, t, fits, prm
+    if ttd <= LIMIT and two_n <= LIMIT:
+        return n, d, t, True, (n, d, t, ttd, two_n, LIMIT // t - 1, LIMIT // (t * d))
+    return n, d, t, False, None
+
+
+SIGNIFICANT_BITS = 29    # sigma_for_fast_path: sigma >= 1 rounded up to this many significant bits ...
+SMALL_SIGMA_STEP = -29   # ... and sigma < 1 up to a multiple of 2^-29
 
 
 def sigma_for_fast_path(sigma: float) -> float:
-    """A float >= sigma, within a relative 2^-29 (sigma >= 1/4) or an absolute 2^-30 (sigma < 1/4), that the
-    kernel accepts whenever sigma <= 2^30: sigma rounded up to 30 significant bits, or for sigma < 1/4 to a
-    multiple of 2^-30.  A caller that wants the compiled path calibrates with this sigma (more noise, never less).
+    """A float s >= sigma with s - sigma <= max(sigma 2^-28, 2^-29) that the kernel accepts whenever sigma <= 2^30,
+    with room to spare: sigma rounded up to 29 significant bits, or for sigma < 1 to a multiple of 2^-29.  A
+    caller that wants the compiled path calibrates with this s (more noise, never less).
 
-    Why it fits: for 1/4 <= sigma < 2^30 (2^E <= sigma < 2^(E+1), -2 <= E <= 29) the result is M 2^-f with
-    M <= 2^30 and f = 29 - E >= 0, so N = M^2 <= 2^60 and, with t <= 2^(E+1), t^2 D <= 2^(2E+2) 2^(58-2E) = 2^60;
-    below 1/4 it is M 2^-30 with M < 2^28, t = 1, D <= 2^60, N < 2^56; sigma = 2^30: N = 2^60, t^2 < 2^61.
-    Above 2^30.5, 2N > 2^62 and the pure path runs whatever the rounding.
+    Why it fits: for 1 <= s < 2^29 (2^(E-1) <= s < 2^E, 1 <= E <= 29; s = 2^E exactly has D = 1) s = r 2^(E-29)
+    with r <= 2^29, so N = r^2 <= 2^58, t <= 2^E and D <= 2^(2(29-E)): t^2 D <= 2^58.  Then ymax = 2^62 // (t D)
+    >= 16 t, so a Laplace candidate leaves the kernel's bounds with probability about exp(-16) < 2e-7 per try
+    (with 30 significant bits ymax could be 4 t: e^-4 = 2 %; sigma ~ 2.6e4, typical of a forget, sent about one
+    forget in twenty through the pure path).  For 2^29 <= s <= 2^30 s is an integer, D = 1, N <= 2^60,
+    t^2 < 2^61 (ymax >= 4 t there; such draws resume in the kernel after the pure path redoes them).  Below 1:
+    s = M 2^-29 with M <= 2^29, t <= 2, D <= 2^58, N <= 2^58, ymax >= 16.  Above 2^30.5, 2N > 2^62 and the pure
+    path runs whatever the rounding.
     """
-    import math
     sigma = float(sigma)
     if not (math.isfinite(sigma) and sigma > 0):
         raise ValueError(f"sigma must be a finite positive number, got {sigma!r}")
-    if sigma < 0.25:
-        return math.ldexp(math.ceil(math.ldexp(sigma, 30)), -30)
-    m, e = math.frexp(sigma)              # sigma = m 2^e, 0.5 <= m < 1
-    r = math.ceil(math.ldexp(m, 30))      # exact: an integer <= 2^30
-    return math.ldexp(r, e - 30)          # exact
+    if sigma < 1.0:
+        return math.ldexp(math.ceil(math.ldexp(sigma, -SMALL_SIGMA_STEP)), SMALL_SIGMA_STEP)
+    m, e = math.frexp(sigma)                            # sigma = m 2^e, 0.5 <= m < 1
+    r = math.ceil(math.ldexp(m, SIGNIFICANT_BITS))      # exact: an integer <= 2^29
+    return math.ldexp(r, e - SIGNIFICANT_BITS)          # exact
 
 
 def sample(sigma: float, size: int, rand) -> np.ndarray:
-    """noise.sample_discrete_gaussian: the compiled kernel when it applies, the pure path for the rest."""
-    prm = params(sigma)[4]
+    """noise.sample_discrete_gaussian: the compiled kernel when it applies, the pure path for the rest.
+
+    A draw whose candidate leaves the kernel's int64 bounds is redone by the pure path from the bit position where
+    it started (the same bits, so the same draw), and the kernel resumes after it."""
+    n, d, t, fits, prm = params(sigma)
     size = noise._check_size(size)
+    if not fits or not enabled or numba is None:
+        return noise.sample_discrete_gaussian_pure(sigma, size, rand)
     out = np.empty(size, dtype=np.int64)
-    if prm is None or not enabled or numba is None:
-        return noise.sample_discrete_gaussian_pure(sigma, size, rand, _out=out)
     kernel = _compiled if _compiled is not None else _compile()
     if type(rand) is noise.SecureRandomBits:  # its stream(), without building the object unless it is needed
-        key, pos = os.urandom(32), 0
-        start, pos = kernel(key, pos, prm, out)
-        if start == size:
-            return out
-        bits = noise.ChaChaBits(key, pos)
+        bits, key, pos = None, os.urandom(32), 0
     else:
         bits = rand.stream()
-        start, bits.pos = kernel(bits.key, bits.pos, prm, out)
-        if start == size:
-            return out
-    return noise.sample_discrete_gaussian_pure(sigma, size, rand, _start=start, _out=out, _bits=bits)
+        key, pos = bits.key, bits.pos
+    start, pos = kernel(key, pos, 0, *prm, out)
+    if start < size:
+        _finish(kernel, key, pos, start, prm, out, bits)
+    elif bits is not None:
+        bits.pos = pos
+    return out
+
+
+def _finish(kernel, key, pos, start, prm, out, bits):
+    """Complete out[start..] after the kernel stopped at draw ``start`` (bit position pos): the pure path redoes
+    that draw from pos on the same stream, then the kernel resumes.  Returns the stream, at the end position."""
+    n, d, t = prm[0], prm[1], prm[2]
+    size = out.shape[0]
+    if bits is None:
+        bits = noise.ChaChaBits(key, pos)
+    while start < size:
+        bits.pos = pos
+        out[start] = noise._dgauss_int64(bits, n, d, t)
+        start, pos = kernel(key, bits.pos, start + 1, *prm, out)
+    bits.pos = pos
+    return bits
+
+
+_P_MAX = math.isqrt(LIMIT // 2)   # sigma = p/q in lowest terms: 2N = 2 p^2 <= 2^62 iff p <= _P_MAX
+_TQ_MAX = math.isqrt(LIMIT)       # t^2 D = (t q)^2 <= 2^62 iff t q <= 2^31
+
+
+def secure_release(theta: np.ndarray, sigma: float, grid: float, radius: float | None) -> np.ndarray | None:
+    """Pi_K(g (round(theta / g) + k)), k ~ N_Z(0, sigma^2)^n (sigma in grid units) with production randomness (a
+    fresh os.urandom ChaCha20 key, as noise.SecureGaussianNoise.discrete_gaussian), drawing and rounding in one
+    compiled call; the same result as fast.grid_noise_step(theta, sample(sigma, n, SECURE_BITS), grid, radius)
+    for the same key (tests/test_discrete_release.py).  theta: a C-contiguous float64 vector (release.py's
+    ascontiguousarray).  None when the compiled path does not apply (no numba, switched off, sigma not a positive
+    float within the kernel's bounds): the caller takes the general route.  Nothing is kept.
+
+    ``params``' bounds are checked on sigma = p/q directly (p, q from float.as_integer_ratio, lowest terms) and
+    the kernel forms N, D, t and the rest itself: the per-call Python work is a few integer operations, one
+    os.urandom read, one np.empty and one dispatch returning an int (returning arrays from numba costs ~0.4 us)."""
+    if not enabled or numba is None or type(sigma) is not float or not 0.0 < sigma < math.inf or theta.ndim != 1:
+        return None
+    p, q = sigma.as_integer_ratio()
+    if p > _P_MAX or (p // q + 1) * q > _TQ_MAX:
+        return None
+    kernel = _compiled_release
+    if kernel is None:
+        _compile()
+        kernel = _compiled_release
+    key = os.urandom(32)
+    out = np.empty(theta.shape[0])
+    if kernel(key, p, q, theta, float(grid), math.inf if radius is None else float(radius), out) == out.shape[0]:
+        return out
+    # a draw left the kernel's bounds (rare, module docstring): the same draws again from the same key, the pure
+    # path for the ones outside the bounds, then the general rounding
+    k = np.empty(theta.shape[0], dtype=np.int64)
+    prm = params(sigma)[4]
+    done, pos = _compiled(key, 0, 0, *prm, k)
+    if done < k.shape[0]:
+        _finish(_compiled, key, pos, done, prm, k, None)
+    return fast.grid_noise_step(theta, k, grid, radius)

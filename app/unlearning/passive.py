@@ -469,10 +469,11 @@ class PassiveOLU(Unlearner):
         self.n_deletions += 1
         self.rho_spent += rho_i
         if self.capacity is None:  # allocation omega_series
-            details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "omega": self.omega}
+            details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "omega": self.omega,
+                       "grid": grid, "shift": shift, "roundoff_floor": floor}
         else:
-            details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "capacity": float(self.capacity)}
-        details.update(grid=grid, shift=shift, roundoff_floor=floor)
+            details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "capacity": float(self.capacity),
+                       "grid": grid, "shift": shift, "roundoff_floor": floor}
         return Certificate(u, tau, self.n_deletions, release.MECHANISM, sigma_used, sens_used, rho_i, details)
 
     def apply_noise(self, sigma: float, grid: float) -> np.ndarray:

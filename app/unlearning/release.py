@@ -17,7 +17,7 @@ secret states of the two worlds differ by at most Delta in l2, the rounded state
 Delta / g + sqrt(n) in l2 (each coordinate's rounding moves it by at most 1/2, twice).  In parameter units the
 lattice sensitivity is therefore Delta' = Delta + g sqrt(n), and the noise is scaled to sigma' = sigma Delta' / Delta,
 so the charge Delta'^2 / (2 sigma'^2) = Delta^2 / (2 sigma^2) is the very rho each family certified for the
-continuous mechanism (sigma'/g is then rounded up to 30 significant bits for the compiled sampler, which only
+continuous mechanism (sigma'/g is then rounded up to 29 significant bits for the compiled sampler, which only
 lowers the true charge below the certified one): the ledger, the omega series and app/privacy's zCDP -> (epsilon, delta) conversions are
 unchanged.  The families calibrated directly to (epsilon, delta) (descent-to-delete, rewind) keep the ratio
 sigma'/Delta' = sigma/Delta; their certificates additionally state the zCDP charge Delta^2/(2 sigma^2).
@@ -44,8 +44,9 @@ import math
 
 import numpy as np
 
-from . import fast
+from . import fast, fast_dgauss
 from .fast_dgauss import sigma_for_fast_path
+from .noise import SecureGaussianNoise
 
 U64 = 2.0**-53            # unit round-off of float64
 GRID_FACTOR = 2.0**10     # K: the rounding adds at most Delta / K to the sensitivity
@@ -88,10 +89,16 @@ def roundoff_floor(per_step: float, steps: int, contraction: float = 1.0) -> flo
 def add_discrete_noise(theta: np.ndarray, grid: float, sigma: float, noise, radius: float | None = None) -> np.ndarray:
     """Pi_K(g (round(theta / g) + k)), k ~ N_Z(0, (sigma / g)^2)^n: the release with known (public) grid and sigma.
 
-    Coupled replays call this with a certificate's grid and sigma so both worlds draw the same k."""
+    Coupled replays call this with a certificate's grid and sigma so both worlds draw the same k.  With the
+    production source (SecureGaussianNoise) the draws and the rounding run in one compiled call
+    (fast_dgauss.secure_release: the same law and the same float operations as the general route below)."""
     theta = np.ascontiguousarray(theta, dtype=np.float64)
     if sigma <= 0.0:
         return theta.copy() if radius is None else fast.project(theta, radius)
+    if type(noise) is SecureGaussianNoise:  # production: draw and round in one compiled call (same law, same ops)
+        out = fast_dgauss.secure_release(theta, sigma / grid, grid, radius)
+        if out is not None:
+            return out
     k = np.asarray(noise.discrete_gaussian(sigma / grid, theta.shape[0]), dtype=np.int64)
     return fast.grid_noise_step(theta, k, grid, radius)
 
@@ -104,7 +111,7 @@ def discrete_release(theta: np.ndarray, sensitivity: float, sigma: float, noise,
     at least the family's round-off floor); ``scale`` is the public bound on |theta| (the domain radius) that
     bounds the grid from below; ``radius`` projects onto the L2 ball afterwards (post-processing) when given.
     sensitivity_used = Delta + g sqrt(n) is the l2 distance the released lattice points of the two worlds can
-    have; sigma_used = sigma Delta'/Delta (rounded up by at most 2^-29, see below) keeps
+    have; sigma_used = sigma Delta'/Delta (rounded up slightly, see below) keeps
     Delta'^2 / (2 sigma_used^2) <= Delta^2 / (2 sigma^2), the charge the family certified (CKS20 Thm 14).
     With sigma = 0 nothing is noised (an exact release): theta is returned as is, grid 0.
     """
@@ -119,8 +126,9 @@ def discrete_release(theta: np.ndarray, sensitivity: float, sigma: float, noise,
     else:  # the two worlds are identical (Delta = 0): rounding them gives the same lattice point
         grid = grid_resolution(sigma, n, scale)
         sens_used, sigma_used = 0.0, sigma
-    # round sigma'/g UP to 30 significant bits (at most 2^-29 relative): the exact sampler's compiled kernel then
-    # applies (fast_dgauss; sigma^2 a ratio of int64s).  More noise than certified: rho = Delta^2/(2 sigma^2) as
+    # round sigma'/g UP to 29 significant bits (at most 2^-28 relative for sigma'/g >= 1, the usual case as
+    # g <= Delta/(K sqrt n); below 1 up to a multiple of 2^-29): the exact sampler's compiled kernel then applies
+    # with room in its int64 bounds (fast_dgauss.sigma_for_fast_path).  More noise than certified: rho = Delta^2/(2 sigma^2) as
     # charged stays an upper bound on Delta'^2/(2 sigma_used^2).  g is a power of two, so sigma_used/g is exact.
     sigma_used = sigma_for_fast_path(sigma_used / grid) * grid
     return add_discrete_noise(theta, grid, sigma_used, noise, radius), grid, sigma_used, sens_used
