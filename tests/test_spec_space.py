@@ -435,3 +435,60 @@ def test_memory_pair_gamma_extremes_refused_at_create_or_served_finitely(asgi):
         assert r.status_code == 200 and all_finite(r.json()), r.text
     e = _field_problem(_create(asgi, **spec, hyperparameters={"gamma": 1e-300}), "hyperparameters.gamma")
     assert 1e-300 < e["minimum"] <= 0.5 <= e["maximum"]
+
+
+# ---- the families added since, and the discrete release (issue 13 item 2, after the merge) ---------------------
+def test_memory_pair_release_beyond_int64_refused_at_create_not_at_unlearn(asgi):
+    """The walk's find: every number at the smallest normal float.  rho_step is then so small that the discrete
+    release's sigma'/g exceeds what int64 draws can hold: create answered 201 and the unlearn a 422 non-finite
+    result.  Now refused at create, naming privacy.epsilon; at the bottom of its range the model forgets."""
+    tiny = sys.float_info.min
+    body = {"name": "walk", "algorithm": "memory_pair", "loss": "logistic", "dim": 1,
+            "bounds": {"x_norm": tiny, "y_abs": tiny}, "domain_radius": tiny, "l2": 1.0,
+            "privacy": {"epsilon": tiny, "delta": 1e-16},
+            "hyperparameters": {"step": "strongly_convex", "capacity": 1, "memory": 1, "deletion_features": "retained",
+                                "removal": "loo", "inference_gate": False}}
+    r = asgi.post("/v1/models", json=body)
+    e = _field_problem(r, "privacy.epsilon")
+    assert tiny < e["minimum"] <= e["maximum"]
+    assert "sigma'/g" in r.json()["detail"]
+    body["privacy"]["epsilon"] = e["minimum"]
+    assert walk(asgi, body, 3, 0) == "served"
+
+
+def test_second_order_huber_refusal_names_the_loss_field(asgi):
+    r = _create(asgi, algorithm="second_order_olu", loss="huber", l2=0.05)
+    assert r.status_code == 422 and r.json()["type"] == "/problems/invalid-model-spec", r.text
+    assert r.json()["errors"][0]["field"] == "loss" and r.json()["errors"][0]["pointer"] == "/loss", r.text
+
+
+def test_dp_tree_tiny_lambda_refused_with_its_range(asgi):
+    """lambda = 1e-300: the play -G^/lambda overflows (the projection squares it); refused at create with the
+    accepted range of hyperparameters.lambda, whose lower end serves a model that learns and forgets."""
+    hp = {"horizon": 1000, "max_deletions": 2, "lambda": 1e-300}
+    body = {"name": "m", "algorithm": "online_dp_tree", "loss": "logistic", "dim": 3,
+            "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0, "l2": 0.05,
+            "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": hp}
+    e = _field_problem(asgi.post("/v1/models", json=body), "hyperparameters.lambda")
+    assert 1e-300 < e["minimum"] <= 1.0 <= e["maximum"]
+    hp["lambda"] = e["minimum"]
+    assert walk(asgi, body, 4, 1) == "served"
+
+
+def test_omega_series_refuses_the_deletion_whose_release_would_leave_int64(asgi):
+    """The unbounded omega series: sigma_i / a grows like i^(omega/2).  With omega = 19 at epsilon = 20 the 28th
+    deletion's discrete release could draw beyond int64 (sigma'/g > 2^56); it is a certified 409 (capacity
+    exhausted, nothing changed), never an overflow."""
+    r = _create(asgi, algorithm="passive_olu", loss="logistic", l2=0.05, domain_radius=10.0,
+                privacy={"epsilon": 20.0, "delta": 1e-6}, hyperparameters={"omega": 19.0})
+    assert r.status_code == 201, r.text
+    mid = r.json()["id"]
+    ex = [{"id": f"o{i}", "x": [0.5, -0.25, 0.1 * (i % 5)], "y": i % 2} for i in range(30)]
+    assert asgi.post(f"/v1/models/{mid}/learn", json={"examples": ex}).status_code == 200
+    for i in range(27):
+        r = asgi.post(f"/v1/models/{mid}/unlearn", json={"ids": [f"o{29 - i}"]})
+        assert r.status_code == 200, r.text
+    before = asgi.get(f"/v1/models/{mid}/ledger").json()
+    r = asgi.post(f"/v1/models/{mid}/unlearn", json={"ids": ["o0"]})
+    assert r.status_code == 409 and r.json()["type"] == "/problems/deletion-capacity-exhausted", r.text
+    assert asgi.get(f"/v1/models/{mid}/ledger").json() == before

@@ -48,7 +48,7 @@ from . import fast, release
 from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
                    Unlearner)
 from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
-                          update_norm_bound)
+                          require_release_feasible, update_norm_bound)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment, make_loss
@@ -264,9 +264,12 @@ class PassiveOLU(Unlearner):
         mult = checks.finite("noise_multiplier(last)", lambda: self.noise_multiplier(last), *eps, positive=True)
         sigma = checks.squared("sigma(last)", mult * a_max, *eps, "bounds.x_norm", "l2", positive=True)
         checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.dim + 1), *eps, "bounds.x_norm", "domain_radius")
-        # the discrete release of the last deletion (release.py): its draws must fit int64
-        hp_w = ("hyperparameters.omega",) if self.capacity is None else ("hyperparameters.max_deletions",)
-        release_checks(checks, mult, spec.dim + 1, *eps, *hp_w)
+        # the discrete release (release.py) must draw within int64: at the last deletion of a bounded capacity; the
+        # unbounded omega series checks its first deletion here and refuses later ones at runtime (_precheck)
+        if self.capacity is None:
+            release_checks(checks, self.noise_multiplier(1), spec.dim + 1, *eps, "hyperparameters.omega")
+        else:
+            release_checks(checks, mult, spec.dim + 1, *eps, "hyperparameters.max_deletions")
 
     def ogd_worst_case(self, checks: Checks) -> float:
         """Loss constants, the first (largest) step of the schedule and the update norm it puts into theta;
@@ -437,6 +440,9 @@ class PassiveOLU(Unlearner):
             raise CapacityExhausted(
                 f"the model can certify {max(0, self.capacity - self.n_charged)} more deletion(s) "
                 f"(max_deletions={self.capacity}); an exact retrain is required")
+        if self.capacity is None and steps:
+            i = self.n_charged + len(steps)
+            require_release_feasible(self.noise_multiplier(i), self.spec.dim + 1, i)
 
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
         steps = list(map(int, steps))

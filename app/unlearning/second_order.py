@@ -36,7 +36,8 @@ import numpy as np
 
 from . import fast, release
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
-from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks
+from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
+                          require_release_feasible)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment
@@ -184,7 +185,9 @@ class SecondOrderOLU(OGDIterate, Unlearner):
         mult = checks.finite("noise_multiplier(last)", lambda: eng.noise_multiplier(N_MAX), *eps, positive=True)
         sigma = checks.squared("sigma(last)", mult * 2.0 * B, *eps, *mu_f, positive=True)
         checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.dim + 1), *eps, "domain_radius")
-        release_checks(checks, mult, spec.dim + 1, *eps)
+        # the first deletion's discrete release draws within int64; later ones are refused at runtime once they
+        # could not (require_release_feasible in forget)
+        release_checks(checks, eng.noise_multiplier(1), spec.dim + 1, *eps)
 
     @classmethod
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
@@ -388,6 +391,8 @@ class SecondOrderOLU(OGDIterate, Unlearner):
         steps = check_forget_steps(steps, self.t, retained, self.algorithm)
         if not steps:
             return []
+        i_last = self.n_deletions + len(steps)
+        require_release_feasible(self.noise_multiplier(i_last), self.spec.dim + 1, i_last)
         data = _Data(retained, self.chunk_size)
         tau = self.t
         certs = []
