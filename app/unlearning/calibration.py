@@ -111,7 +111,7 @@ def require_release_feasible(multiplier: float, n: int, i: int) -> None:
             f"(sigma'/g > 2^56): the model's omega series can certify no more deletions; an exact retrain is required")
 
 
-def release_checks(checks: "Checks", multiplier: float, n: int, *fields: str) -> float:
+def release_checks(checks: Checks, multiplier: float, n: int, *fields: str) -> float:
     """The discrete release (release.discrete_release) with noise multiplier sigma/Delta on n coordinates: its
     grid is g >= Delta/(2 K sqrt(n)) (or the coarser ulp floor), Delta' = Delta + g sqrt(n) and
     sigma' = sigma Delta'/Delta, so sigma'/g = (sigma/Delta)(Delta/g + sqrt(n)) <= (2K + 1) sqrt(n) sigma/Delta

@@ -36,8 +36,15 @@ import numpy as np
 
 from . import fast, release
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
-from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
-                          require_release_feasible)
+from .calibration import (
+    N_MAX,
+    Checks,
+    common_checks,
+    construct,
+    noise_norm_bound,
+    release_checks,
+    require_release_feasible,
+)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment
@@ -166,7 +173,7 @@ class SecondOrderOLU(OGDIterate, Unlearner):
         checks.finite("mu", eng.mu, "l2", positive=True)
         checks.finite("M", eng.M, "bounds.x_norm")
         B = checks.squared("B", eng.B, *mu_f)
-        L_B = checks.squared("L_B", eng.L_B, *mu_f)
+        checks.squared("L_B", eng.L_B, *mu_f)
         checks.finite("eta_gd", eng.eta_gd, "bounds.x_norm", "l2", positive=True)
         checks.finite("gamma_gd", eng.gamma_gd, "bounds.x_norm", "l2")
         gd_norm = checks.squared("gd_iterate_norm", R + 2.0 * B, "domain_radius", *mu_f)
@@ -178,7 +185,7 @@ class SecondOrderOLU(OGDIterate, Unlearner):
         checks.call("planned_gd_steps", lambda: eng.planned_gd_steps(n_worst, n_worst - 1), *mu_f, "domain_radius")
         checks.call("planned_gd_steps", lambda: eng.planned_gd_steps(2, 1), *mu_f, "domain_radius")
         for m, n in ((1, 2), (n_worst - 1, n_worst)):
-            bound = checks.call("Delta", lambda: eng.sensitivity(0, n, m), *mu_f, "domain_radius")
+            bound = checks.call("Delta", lambda m=m, n=n: eng.sensitivity(0, n, m), *mu_f, "domain_radius")
             checks.finite("Delta", bound["Delta"], *mu_f, "domain_radius")
         checks.finite("rho", spec.rho, *eps, positive=True)
         checks.finite("sigma(1)", lambda: eng.noise_multiplier(1) * 2.0 * B, *eps, positive=True)
