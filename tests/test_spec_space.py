@@ -492,3 +492,16 @@ def test_omega_series_refuses_the_deletion_whose_release_would_leave_int64(asgi)
     r = asgi.post(f"/v1/models/{mid}/unlearn", json={"ids": ["o0"]})
     assert r.status_code == 409 and r.json()["type"] == "/problems/deletion-capacity-exhausted", r.text
     assert asgi.get(f"/v1/models/{mid}/ledger").json() == before
+
+
+def test_dp_tree_huge_budget_never_publishes_an_infinite_epsilon(asgi):
+    """A longer walk's find: epsilon = max float made the proposition-1 conversion's epsilon inf; create answered
+    201 and every unlearn 500 (the receipt's canonical JSON refuses inf).  Refused at create, naming the field."""
+    body = {"name": "walk", "algorithm": "online_dp_tree", "loss": "logistic", "dim": 1,
+            "bounds": {"x_norm": 0.05489734838155338, "y_abs": 87.09935966783664}, "domain_radius": 0.00125,
+            "l2": 0.0015, "privacy": {"epsilon": sys.float_info.max, "delta": 1e-300},
+            "hyperparameters": {"horizon": 7, "max_deletions": 5, "group_privacy": "proposition_1"}}
+    e = _field_problem(asgi.post("/v1/models", json=body), "privacy.epsilon")
+    assert e["maximum"] < sys.float_info.max
+    body["privacy"]["epsilon"] = e["maximum"]
+    assert walk(asgi, body, 6, 137787) == "served"

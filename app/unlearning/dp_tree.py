@@ -297,6 +297,12 @@ class OnlineDPTree(Unlearner):
         else:
             checks.finite("lambda", eng.lam, *lam, positive=True)
             checks.squared("play_norm", g_max / eng.lam, *lam, *eps, "bounds.x_norm")
+        # every number the ledger, the creation charge and each deletion's receipt publish (a huge budget once
+        # gave epsilon_olu = inf: the receipt's canonical JSON refused it, a 500 at unlearn)
+        published = {**eng.ledger(), **eng.creation_charge(), "rho_olu": eng.rho_olu, "rho_tree": eng.rho_tree}
+        for k, v in published.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                checks.finite(f"ledger {k}", v, *eps, *hp, "bounds.x_norm")
 
     @classmethod
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
