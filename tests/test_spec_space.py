@@ -114,6 +114,31 @@ def hyperparameters(algorithm: str, draw) -> dict:
             hp["gamma"] = draw(positive())
         if maybe():
             hp["delta_b"] = draw(in_unit(-300))
+    elif algorithm == "discard_and_restart":
+        sched = hp["schedule"] = draw(st.sampled_from(SCHEDULES))
+        if sched == "regularized_convex":
+            hp["horizon"] = draw(st.integers(2, 10**6))
+            hp["max_deletions"] = draw(st.integers(1, 5))
+        if sched in ("regularized_convex", "adaptive"):
+            hp["capped"] = draw(st.booleans())
+        if sched == "convex_constant" and maybe():
+            hp["eta"] = draw(positive())
+        if sched == "adaptive" and maybe():
+            hp["p0"] = draw(positive())
+    elif algorithm == "online_dp_tree":
+        hp["horizon"] = draw(st.integers(6, 10**12))
+        hp["max_deletions"] = draw(st.integers(1, 5))
+        hp["group_privacy"] = draw(st.sampled_from(["proposition_1", "gaussian_group"]))
+        hp["variant"] = draw(st.sampled_from(["convex", "strongly_convex"]))
+        if maybe():
+            hp["lambda"] = draw(positive())
+    elif algorithm == "second_order_olu":
+        hp["max_gd_steps"] = draw(st.integers(0, 40))
+        hp["solver"] = draw(st.sampled_from(["auto", "direct", "cg"]))
+        if maybe():
+            hp["omega"] = 1.0 + draw(positive())
+        if maybe():
+            hp["gd_tolerance"] = draw(in_unit(-300))
     return hp
 
 
@@ -232,7 +257,9 @@ def quick_d2d(monkeypatch):
 
 # a moderate spec every family serves: the walk's served path runs for every family whatever hypothesis draws
 MODERATE_HP = {"passive_olu_restart": {"max_deletions": 3, "horizon": 1000}, "rewind_to_delete": {"initial_size": 3, "T": 20},
-               "memory_pair": {"capacity": 3}}
+               "memory_pair": {"capacity": 3}, "online_dp_tree": {"horizon": 1000, "max_deletions": 3}}
+# a loss a family's certificate cannot use: refused at create, naming the field ``loss``
+UNSUPPORTED_LOSS = {"second_order_olu": {"huber"}}
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
@@ -241,6 +268,10 @@ def test_spec_space_walk_in_process(asgi, quick_d2d, algorithm):
         body = {"name": "moderate", "algorithm": algorithm, "loss": loss, "dim": 3,
                 "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0, "l2": 0.05,
                 "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": MODERATE_HP.get(algorithm, {})}
+        if loss in UNSUPPORTED_LOSS.get(algorithm, ()):
+            r = asgi.post("/v1/models", json=body)
+            assert r.status_code == 422 and r.json()["errors"][0]["field"] == "loss", r.text
+            continue
         assert walk(asgi, body, 5, 0) == "served"
     outcomes = []
 
@@ -386,8 +417,91 @@ def test_passive_charge_matches_the_ledger_with_a_huge_budget(asgi):
     assert r.status_code == 200, r.text
 
 
-def test_memory_pair_huge_gamma_refused_at_create_not_500_at_learn(asgi):
-    """gamma * N overflowed in the gamma-capacity once examples arrived: every learn was a 500."""
-    e = _field_problem(_create(asgi, algorithm="memory_pair", loss="squared", dim=1, l2=0.01,
-                               hyperparameters={"gamma": 1e308}), "hyperparameters.gamma")
-    assert e["maximum"] < 1e308 and e["minimum"] <= 0.5
+def test_memory_pair_gamma_extremes_refused_at_create_or_served_finitely(asgi):
+    """gamma * N once overflowed in the published gamma-capacity (every learn a 500).  The publication audit removed
+    that number (it read S_N); gamma now feeds only the public N_gamma(m), whose search starts at (a/gamma)^2: a
+    huge gamma is harmless (N_gamma = 2) and the model learns and forgets finitely, a tiny one overflows and is
+    refused at create, naming hyperparameters.gamma and its accepted range."""
+    spec = dict(algorithm="memory_pair", loss="squared", dim=1, l2=0.01, bounds={"x_norm": 1.0, "y_abs": 1.0})
+    r = _create(asgi, **spec, hyperparameters={"gamma": 1e308, "capacity": 2})
+    assert r.status_code == 201, r.text
+    mid = r.json()["id"]
+    ex = [{"id": f"g{i}", "x": [v], "y": y} for i, (v, y) in enumerate([(1.0, 1.0), (-0.5, 0.2), (0.25, -1.0)])]
+    assert asgi.post(f"/v1/models/{mid}/learn", json={"examples": ex}).status_code == 200
+    r = asgi.post(f"/v1/models/{mid}/unlearn", json={"ids": ["g0"]})
+    assert r.status_code == 200, r.text
+    for path in ("parameters", "ledger"):
+        r = asgi.get(f"/v1/models/{mid}/{path}")
+        assert r.status_code == 200 and all_finite(r.json()), r.text
+    e = _field_problem(_create(asgi, **spec, hyperparameters={"gamma": 1e-300}), "hyperparameters.gamma")
+    assert 1e-300 < e["minimum"] <= 0.5 <= e["maximum"]
+
+
+# ---- the families added since, and the discrete release (issue 13 item 2, after the merge) ---------------------
+def test_memory_pair_release_beyond_int64_refused_at_create_not_at_unlearn(asgi):
+    """The walk's find: every number at the smallest normal float.  rho_step is then so small that the discrete
+    release's sigma'/g exceeds what int64 draws can hold: create answered 201 and the unlearn a 422 non-finite
+    result.  Now refused at create, naming privacy.epsilon; at the bottom of its range the model forgets."""
+    tiny = sys.float_info.min
+    body = {"name": "walk", "algorithm": "memory_pair", "loss": "logistic", "dim": 1,
+            "bounds": {"x_norm": tiny, "y_abs": tiny}, "domain_radius": tiny, "l2": 1.0,
+            "privacy": {"epsilon": tiny, "delta": 1e-16},
+            "hyperparameters": {"step": "strongly_convex", "capacity": 1, "memory": 1, "deletion_features": "retained",
+                                "removal": "loo", "inference_gate": False}}
+    r = asgi.post("/v1/models", json=body)
+    e = _field_problem(r, "privacy.epsilon")
+    assert tiny < e["minimum"] <= e["maximum"]
+    assert "sigma'/g" in r.json()["detail"]
+    body["privacy"]["epsilon"] = e["minimum"]
+    assert walk(asgi, body, 3, 0) == "served"
+
+
+def test_second_order_huber_refusal_names_the_loss_field(asgi):
+    r = _create(asgi, algorithm="second_order_olu", loss="huber", l2=0.05)
+    assert r.status_code == 422 and r.json()["type"] == "/problems/invalid-model-spec", r.text
+    assert r.json()["errors"][0]["field"] == "loss" and r.json()["errors"][0]["pointer"] == "/loss", r.text
+
+
+def test_dp_tree_tiny_lambda_refused_with_its_range(asgi):
+    """lambda = 1e-300: the play -G^/lambda overflows (the projection squares it); refused at create with the
+    accepted range of hyperparameters.lambda, whose lower end serves a model that learns and forgets."""
+    hp = {"horizon": 1000, "max_deletions": 2, "lambda": 1e-300}
+    body = {"name": "m", "algorithm": "online_dp_tree", "loss": "logistic", "dim": 3,
+            "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0, "l2": 0.05,
+            "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": hp}
+    e = _field_problem(asgi.post("/v1/models", json=body), "hyperparameters.lambda")
+    assert 1e-300 < e["minimum"] <= 1.0 <= e["maximum"]
+    hp["lambda"] = e["minimum"]
+    assert walk(asgi, body, 4, 1) == "served"
+
+
+def test_omega_series_refuses_the_deletion_whose_release_would_leave_int64(asgi):
+    """The unbounded omega series: sigma_i / a grows like i^(omega/2).  With omega = 19 at epsilon = 20 the 28th
+    deletion's discrete release could draw beyond int64 (sigma'/g > 2^56); it is a certified 409 (capacity
+    exhausted, nothing changed), never an overflow."""
+    r = _create(asgi, algorithm="passive_olu", loss="logistic", l2=0.05, domain_radius=10.0,
+                privacy={"epsilon": 20.0, "delta": 1e-6}, hyperparameters={"omega": 19.0})
+    assert r.status_code == 201, r.text
+    mid = r.json()["id"]
+    ex = [{"id": f"o{i}", "x": [0.5, -0.25, 0.1 * (i % 5)], "y": i % 2} for i in range(30)]
+    assert asgi.post(f"/v1/models/{mid}/learn", json={"examples": ex}).status_code == 200
+    for i in range(27):
+        r = asgi.post(f"/v1/models/{mid}/unlearn", json={"ids": [f"o{29 - i}"]})
+        assert r.status_code == 200, r.text
+    before = asgi.get(f"/v1/models/{mid}/ledger").json()
+    r = asgi.post(f"/v1/models/{mid}/unlearn", json={"ids": ["o0"]})
+    assert r.status_code == 409 and r.json()["type"] == "/problems/deletion-capacity-exhausted", r.text
+    assert asgi.get(f"/v1/models/{mid}/ledger").json() == before
+
+
+def test_dp_tree_huge_budget_never_publishes_an_infinite_epsilon(asgi):
+    """A longer walk's find: epsilon = max float made the proposition-1 conversion's epsilon inf; create answered
+    201 and every unlearn 500 (the receipt's canonical JSON refuses inf).  Refused at create, naming the field."""
+    body = {"name": "walk", "algorithm": "online_dp_tree", "loss": "logistic", "dim": 1,
+            "bounds": {"x_norm": 0.05489734838155338, "y_abs": 87.09935966783664}, "domain_radius": 0.00125,
+            "l2": 0.0015, "privacy": {"epsilon": sys.float_info.max, "delta": 1e-300},
+            "hyperparameters": {"horizon": 7, "max_deletions": 5, "group_privacy": "proposition_1"}}
+    e = _field_problem(asgi.post("/v1/models", json=body), "privacy.epsilon")
+    assert e["maximum"] < sys.float_info.max
+    body["privacy"]["epsilon"] = e["maximum"]
+    assert walk(asgi, body, 6, 137787) == "served"

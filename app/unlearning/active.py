@@ -47,7 +47,8 @@ import numpy as np
 
 from . import fast, release
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
-from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, update_norm_bound
+from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
+                          require_release_feasible, update_norm_bound)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment
@@ -152,6 +153,9 @@ class ActiveOLU(OGDIterate, Unlearner):
         mult = checks.finite("noise_multiplier(N_MAX)", lambda: eng.noise_multiplier(N_MAX), *eps, positive=True)
         sigma = checks.squared("sigma(N_MAX)", mult * a_max, *eps, *gamma)
         checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.dim + 1), *eps, "domain_radius", *gamma)
+        # the discrete release (release.py) of the first deletion draws within int64; later ones, whose multiplier
+        # grows like i^(omega/2), are refused at runtime once they could not (require_release_feasible in forget)
+        release_checks(checks, eng.noise_multiplier(1), spec.dim + 1, *eps, "hyperparameters.omega")
 
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -325,6 +329,9 @@ class ActiveOLU(OGDIterate, Unlearner):
     # ---- unlearning -------------------------------------------------------------------------------
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
         steps = check_forget_steps(steps, self.t, retained, self.algorithm)
+        if steps:
+            i_last = self.n_deletions + len(steps)
+            require_release_feasible(self.noise_multiplier(i_last), self.spec.dim + 1, i_last)
         certs = []
         tau = self.t
         # Every step named in the request stays out of its GD phases: the only state published is the one after

@@ -87,6 +87,41 @@ class Checks:
         return v
 
 
+# sigma'/g of a discrete release (release.py) at most 2^56: a draw k then stays below 64 sigma'/g = 2^62 < 2^63 in
+# magnitude except with probability < exp(-2000) (CKS20 Prop. 25 tail), so the exact sampler's int64 never overflows.
+SIGMA_GRID_MAX = 2.0**56
+
+
+def release_ratio_bound(multiplier: float, n: int) -> float:
+    """(2K + 1) sqrt(n) sigma/Delta: an upper bound on sigma'/g of the discrete release (see release_checks)."""
+    from .release import GRID_FACTOR
+
+    return multiplier * (2.0 * GRID_FACTOR + 1.0) * math.sqrt(n)
+
+
+def require_release_feasible(multiplier: float, n: int, i: int) -> None:
+    """Runtime refusal for the unbounded omega series (creation checks deletion 1 only): deletion i, whose noise
+    multiplier grows like i^(omega/2), is refused as capacity exhausted (a certified 409, before anything changes)
+    once its discrete release could draw beyond int64.  A public function of the spec and i."""
+    from .base import CapacityExhausted
+
+    if not release_ratio_bound(multiplier, n) <= SIGMA_GRID_MAX:
+        raise CapacityExhausted(
+            f"deletion {i} would need a discrete Gaussian noise scale beyond the exact sampler's 64-bit range "
+            f"(sigma'/g > 2^56): the model's omega series can certify no more deletions; an exact retrain is required")
+
+
+def release_checks(checks: Checks, multiplier: float, n: int, *fields: str) -> float:
+    """The discrete release (release.discrete_release) with noise multiplier sigma/Delta on n coordinates: its
+    grid is g >= Delta/(2 K sqrt(n)) (or the coarser ulp floor), Delta' = Delta + g sqrt(n) and
+    sigma' = sigma Delta'/Delta, so sigma'/g = (sigma/Delta)(Delta/g + sqrt(n)) <= (2K + 1) sqrt(n) sigma/Delta
+    whatever Delta and the domain radius: that bound must stay <= SIGMA_GRID_MAX (int64 draws, see above)."""
+    r = checks.finite("sigma'/g", lambda: release_ratio_bound(multiplier, n), *fields, positive=True)
+    if not r <= SIGMA_GRID_MAX:
+        checks._fail("sigma'/g", r, "above 2^56 (a discrete Gaussian draw could overflow int64)", fields)
+    return r
+
+
 def update_norm_bound(radius: float, step: float) -> float:
     """Largest ||theta - eta g|| before the projection: ||theta|| <= R plus the step's length (checked squared)."""
     return radius + step

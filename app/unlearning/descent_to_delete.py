@@ -45,7 +45,7 @@ from .base import (
     Unlearner,
 )
 from .calibration import (N_MAX, CalibrationError, Checks, common_checks, construct, noise_norm_bound,
-                          update_norm_bound)
+                          release_checks, update_norm_bound)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import Loss, augment, make_loss
@@ -281,6 +281,8 @@ class DescentToDelete(Unlearner):
             sens = checks.finite(f"Delta(n={n})", probe.sensitivity, *gamma, *eps)
             sigma = checks.finite(f"sigma(n={n})", probe.sigma, *eps, *gamma, positive=sens > 0)
             checks.finite(f"rho(n={n})", lambda: probe.rho_update, *eps, *gamma)
+            if sigma > 0 and sens > 0:  # the discrete release (release.py): sigma'/g from sigma/Delta, int64 draws
+                release_checks(checks, sigma / sens, eng.d, *eps, *gamma)
             checks.squared(f"noise_norm(n={n})", noise_norm_bound(R, sigma, eng.d), *eps, *gamma, "domain_radius")
             first = checks.finite(f"T_1(n={n})", lambda: probe.update_iterations(1), *gamma, *eps)
             checks.finite(f"T(n={n})", probe.T, *gamma, *eps)

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .base import ModelSpec, RetainedData, Unlearner
+from .calibration import Checks
 from .certificate import Certificate
 from .noise import NoiseSource
 from .passive import _COMMON_KEYS, PassiveOLU, regularization_lambda, _SCHEDULE_KEYS
@@ -69,6 +70,11 @@ class DiscardAndRestart(PassiveOLU):
         hp.pop("allocation", None)
         hp.pop("omega", None)
         return hp
+
+    def calibration_worst_case(self, checks: Checks) -> None:
+        """Only the OGD part of passive OLU's worst case (loss constants, the first step eta_1 of the schedule, the
+        update norm): a restart adds no noise and charges nothing, so no sigma or budget enters."""
+        self.ogd_worst_case(checks)
 
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -91,6 +91,7 @@ import numpy as np
 
 from .base import CapacityExhausted, ForgetError, InputError, ModelSpec, RetainedData, SpecError, Unlearner
 from . import release
+from .calibration import Checks, common_checks, construct
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .fast_dgauss import sigma_for_fast_path
@@ -240,7 +241,8 @@ class OnlineDPTree(Unlearner):
             self.lam = float(hp["lambda"])
         if not (math.isfinite(self.sigma) and self.sigma > 0 and math.isfinite(self.lam)
                 and (self.lam > 0 or self.strongly_convex and self.lam >= 0)):
-            raise SpecError("the declared bounds give no finite noise scale or regularisation")
+            raise SpecError("the declared bounds give no finite noise scale or regularisation",
+                            fields=("privacy.epsilon", "bounds.x_norm", "domain_radius", "hyperparameters.lambda"))
         self.epsilon_olu: float | None = None
         if self.group_privacy == "proposition_1":
             # Proposition 1 covers orders >= 2 only: the (epsilon, delta) statement is converted over those
@@ -249,7 +251,7 @@ class OnlineDPTree(Unlearner):
                 raise SpecError(
                     f"with group_privacy proposition_1 (orders >= 2 only) this budget certifies epsilon = "
                     f"{self.epsilon_olu:.6g} > {spec.epsilon:.6g} at this delta; use group_privacy gaussian_group "
-                    "or a smaller epsilon")
+                    "or a smaller epsilon", fields=("privacy.epsilon", "privacy.delta"))
         # the discrete mechanism of every node (module docstring, "Discrete noise"): public grid g, leaf cap M
         self.grid = release.grid_resolution(self.L, n, self.L * self.horizon)
         self.leaf_cap = math.ceil((self.L / self.grid + 0.5 * math.sqrt(n)) ** 2)  # M: ||r_t||^2 <= M (integers)
@@ -260,11 +262,47 @@ class OnlineDPTree(Unlearner):
         self.rho_node = self.node_sensitivity**2 / (2.0 * self.node_sigma**2)  # <= L^2 / (2 sigma^2)
         if not (self.horizon * math.sqrt(self.leaf_cap) + self.levels * NOISE_TAILS * self.sigma_grid < INT_BOUND):
             raise SpecError("the declared horizon, max_deletions and budget need a noise scale beyond the 64-bit "
-                            "lattice the tree is summed on; declare fewer deletions or a larger budget")
+                            "lattice the tree is summed on; declare fewer deletions or a larger budget",
+                            fields=("privacy.epsilon", "hyperparameters.max_deletions", "hyperparameters.horizon"))
         self.tree = TreeAggregator(self.levels, n, self.grid)
         self.theta = np.zeros(n)
         self.W = np.zeros(n)  # strongly convex variant: sum of the played points (public)
         self.n_deletions = 0
+
+    @classmethod
+    def check_calibration(cls, spec: ModelSpec) -> None:
+        """The worst case of the tree (module docstring): the loss constants, the node sigma for the declared horizon
+        and max_deletions, the grid and leaf cap (the constructor refuses integers beyond INT_BOUND = 2^62, which
+        also keeps every draw k ~ N_Z(0, (sigma'/g)^2) inside int64), and the largest play before the projection:
+        |G^_t| <= g (T sqrt(M) + levels 64 sigma'/g) = G_max, so ||-G^/lambda|| <= G_max/lambda (convex) and
+        ||(mu W - G^)/(mu t + lambda)|| <= (mu T R + G_max)/(mu + lambda) (strongly convex), checked squared."""
+        checks = Checks(cls.algorithm)
+        eng = construct(cls, spec)
+        common_checks(checks, eng.loss, spec)
+        eps = ("privacy.epsilon", "privacy.delta")
+        hp = ("hyperparameters.max_deletions", "hyperparameters.horizon")
+        checks.finite("rho", spec.rho, *eps, positive=True)
+        checks.squared("sigma", eng.sigma, *eps, *hp, "bounds.x_norm", positive=True)
+        checks.finite("grid", eng.grid, "bounds.x_norm", positive=True)
+        checks.finite("L/g", eng.L / eng.grid, "bounds.x_norm")
+        checks.finite("sigma'/g", eng.sigma_grid, *eps, *hp, positive=True)
+        checks.finite("rho_node", eng.rho_node, *eps, "bounds.x_norm", positive=True)
+        g_max = checks.finite("G_max", eng.grid * (eng.horizon * math.sqrt(eng.leaf_cap)
+                                                   + eng.levels * NOISE_TAILS * eng.sigma_grid), *eps, *hp)
+        lam = ("hyperparameters.lambda", "domain_radius")
+        if eng.strongly_convex:
+            den = checks.finite("mu + lambda", eng.mu + eng.lam, "l2", *lam, positive=True)
+            checks.squared("play_norm", (eng.mu * eng.horizon * spec.domain_radius + g_max) / den,
+                           "l2", *lam, "domain_radius", *eps)
+        else:
+            checks.finite("lambda", eng.lam, *lam, positive=True)
+            checks.squared("play_norm", g_max / eng.lam, *lam, *eps, "bounds.x_norm")
+        # every number the ledger, the creation charge and each deletion's receipt publish (a huge budget once
+        # gave epsilon_olu = inf: the receipt's canonical JSON refused it, a 500 at unlearn)
+        published = {**eng.ledger(), **eng.creation_charge(), "rho_olu": eng.rho_olu, "rho_tree": eng.rho_tree}
+        for k, v in published.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                checks.finite(f"ledger {k}", v, *eps, *hp, "bounds.x_norm")
 
     @classmethod
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:

@@ -79,7 +79,8 @@ import numpy as np
 from . import release
 from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
                    Unlearner, validate_examples)
-from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, update_norm_bound
+from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
+                          update_norm_bound)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment
@@ -356,8 +357,12 @@ class MemoryPair(Unlearner):
         checks.squared("update_norm", update_norm_bound(R, infl), "domain_radius", "l2")
         sigma = checks.squared("sigma_step(2)", lambda: eng.sigma_step(2), *eps, "l2", "bounds.x_norm")
         checks.squared("noise_norm", noise_norm_bound(R + infl, sigma, eng.p), *eps, "domain_radius", "l2")
-        # the ledger it publishes after every learn and forget (gamma-capacity gamma N - G D sqrt(c C S_N), N_gamma),
-        # fresh and at the longest stream: N = N_MAX inserts with every gradient at the bound L (S_N = N L^2)
+        # the discrete release of every deletion (release.py): sigma/Delta = 1/sqrt(2 rho_step) for each of the
+        # capacity's deletions; sigma'/g must keep the exact sampler's int64 draws from overflowing
+        release_checks(checks, 1.0 / math.sqrt(2.0 * eng.rho_step), eng.p, *eps, "hyperparameters.capacity")
+        # the ledger it publishes after every learn and forget, fresh and at the longest stream (N = N_MAX
+        # inserts): gamma now feeds only the public N_gamma(m) (sample_complexity, the inference gate), whose
+        # bisection starts at (a/gamma)^2 -- a tiny gamma overflows it; a huge one makes N_gamma = 2 (finite)
         gam = ("hyperparameters.gamma",) if "gamma" in spec.hyperparameters else ()
         for n, s_grad in ((0, 0.0), (N_MAX, N_MAX * eng.L**2)):
             eng.n_inserts = eng.n_active = n

@@ -47,7 +47,8 @@ import numpy as np
 from . import fast, release
 from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
                    Unlearner)
-from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, update_norm_bound
+from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
+                          require_release_feasible, update_norm_bound)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment, make_loss
@@ -250,9 +251,31 @@ class PassiveOLU(Unlearner):
 
     def calibration_worst_case(self, checks: Checks) -> None:
         spec, R = self.spec, self.spec.domain_radius
-        common_checks(checks, self.loss, spec)
         eps = ("privacy.epsilon", "privacy.delta")
         checks.finite("rho", spec.rho, *eps, positive=True)
+        a_max = self.ogd_worst_case(checks)
+        checks.finite("a_max", a_max, "bounds.x_norm", "l2", positive=True)
+        # the first deletion has the smallest sigma: a normal float, so that a / sigma keeps its precision and the
+        # certified rho matches the ledger's allowance (app.privacy.ledger)
+        sigma_1 = checks.finite("sigma(1)", lambda: self.noise_multiplier(1) * a_max, *eps, "bounds.x_norm", "l2")
+        checks.finite("sigma(1)", sigma_1 if sigma_1 >= sys.float_info.min else 0.0, *eps, "bounds.x_norm",
+                      "domain_radius", positive=True)
+        last = self.capacity if self.capacity is not None else N_MAX
+        mult = checks.finite("noise_multiplier(last)", lambda: self.noise_multiplier(last), *eps, positive=True)
+        sigma = checks.squared("sigma(last)", mult * a_max, *eps, "bounds.x_norm", "l2", positive=True)
+        checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.dim + 1), *eps, "bounds.x_norm", "domain_radius")
+        # the discrete release (release.py) must draw within int64: at the last deletion of a bounded capacity; the
+        # unbounded omega series checks its first deletion here and refuses later ones at runtime (_precheck)
+        if self.capacity is None:
+            release_checks(checks, self.noise_multiplier(1), spec.dim + 1, *eps, "hyperparameters.omega")
+        else:
+            release_checks(checks, mult, spec.dim + 1, *eps, "hyperparameters.max_deletions")
+
+    def ogd_worst_case(self, checks: Checks) -> float:
+        """Loss constants, the first (largest) step of the schedule and the update norm it puts into theta;
+        returns the largest shift a = eta_u L a deletable step can have."""
+        spec, R = self.spec, self.spec.domain_radius
+        common_checks(checks, self.loss, spec)
         hp_eta = ("hyperparameters.eta",) if self.schedule_name == "convex_constant" else ()
         if isinstance(self.schedule, Adaptive):
             p0 = ("hyperparameters.p0",)
@@ -266,17 +289,8 @@ class PassiveOLU(Unlearner):
             eta_first = checks.finite("eta_1", lambda: self.schedule.eta(1), "l2", "bounds.x_norm", *hp_eta,
                                       positive=True)
             a_max = step = checks.squared("a_max", eta_first * self.L, "bounds.x_norm", "l2", "domain_radius", *hp_eta)
-        checks.finite("a_max", a_max, "bounds.x_norm", "l2", positive=True)
         checks.squared("update_norm", update_norm_bound(R, step), "domain_radius", "bounds.x_norm", "l2")
-        # the first deletion has the smallest sigma: a normal float, so that a / sigma keeps its precision and the
-        # certified rho matches the ledger's allowance (app.privacy.ledger)
-        sigma_1 = checks.finite("sigma(1)", lambda: self.noise_multiplier(1) * a_max, *eps, "bounds.x_norm", "l2")
-        checks.finite("sigma(1)", sigma_1 if sigma_1 >= sys.float_info.min else 0.0, *eps, "bounds.x_norm",
-                      "domain_radius", positive=True)
-        last = self.capacity if self.capacity is not None else N_MAX
-        mult = checks.finite("noise_multiplier(last)", lambda: self.noise_multiplier(last), *eps, positive=True)
-        sigma = checks.squared("sigma(last)", mult * a_max, *eps, "bounds.x_norm", "l2", positive=True)
-        checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.dim + 1), *eps, "bounds.x_norm", "domain_radius")
+        return a_max
 
     @classmethod
     def default_capped(cls) -> bool:
@@ -426,6 +440,9 @@ class PassiveOLU(Unlearner):
             raise CapacityExhausted(
                 f"the model can certify {max(0, self.capacity - self.n_charged)} more deletion(s) "
                 f"(max_deletions={self.capacity}); an exact retrain is required")
+        if self.capacity is None and steps:
+            i = self.n_charged + len(steps)
+            require_release_feasible(self.noise_multiplier(i), self.spec.dim + 1, i)
 
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
         steps = list(map(int, steps))

@@ -27,6 +27,14 @@ the sensitivity and to sigma; derived from public quantities only (Delta, n).  I
 the float64 spacing at the public bound ``scale`` on the state's magnitude (the domain radius) -- since a finer
 grid than the state's own resolution buys nothing and would make round(theta/g) overflow int64-sized integers.
 
+Feasibility (issue 13 item 2).  sigma'/g = (sigma/Delta)(Delta/g + sqrt(n)) <= (2K + 1) sqrt(n) sigma/Delta: the
+noise multiplier alone decides it, and no choice of grid can lower it below sqrt(n) sigma/Delta (a coarser grid
+raises Delta' and sigma' with it).  The exact sampler draws int64s; every family therefore checks at creation
+(calibration.release_checks) that this bound stays <= 2^56 (draws below 64 sigma'/g = 2^62 except with
+probability < exp(-2000)) at the last deletion its ledger certifies; the unbounded omega series checks its first
+deletion there and refuses a later one whose bound exceeds 2^56 as capacity exhausted, before anything changes
+(calibration.require_release_feasible).
+
 Round-off floor (issue 14, case 2).  A certified shift Delta is a bound on the distance between the two worlds in
 exact arithmetic; their float64 computations can differ by round-off on top of it.  ``roundoff_floor`` bounds that
 by the standard model (Higham, "Accuracy and Stability of Numerical Algorithms", §3.1: a dot product of n terms

@@ -61,7 +61,8 @@ from .base import (
     Unlearner,
 )
 from . import release
-from .calibration import N_MAX, Checks, common_checks, construct, noise_norm_bound, update_norm_bound
+from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
+                          update_norm_bound)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment, make_loss
@@ -364,6 +365,8 @@ class RewindToDelete(Unlearner):
             checks.finite(f"sigma(n={n})", sigma, *eps, *bounds, positive=sens > 0)
             if sigma > 0:
                 checks.finite(f"rho(n={n})", lambda: 0.5 * (tail / sigma) ** 2, *eps, *bounds)
+            if sigma > 0 and tail > 0:  # the discrete release (release.py): sigma'/g from sigma/tail, int64 draws
+                release_checks(checks, sigma / tail, eng.dim, *eps, *bounds)
             release = checks.squared(f"release_norm(n={n})", noise_norm_bound(theta, sigma, eng.dim), *eps, *bounds)
             checks.finite(f"release_score(n={n})", eng.loss.feature_bound * release, *eps, *bounds)
 

@@ -36,6 +36,15 @@ import numpy as np
 
 from . import fast, release
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
+from .calibration import (
+    N_MAX,
+    Checks,
+    common_checks,
+    construct,
+    noise_norm_bound,
+    release_checks,
+    require_release_feasible,
+)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment
@@ -76,7 +85,7 @@ def hessian_lipschitz(loss_name: str, feature_bound: float) -> float:
     if loss_name == "logistic":
         return LOGISTIC_D3 * feature_bound**3
     raise SpecError(f"loss {loss_name!r} has no finite Hessian-Lipschitz constant, which second_order_olu's "
-                    "Newton-step certificate needs; use loss 'logistic' or 'squared'")
+                    "Newton-step certificate needs; use loss 'logistic' or 'squared'", fields=("loss",))
 
 
 class _Data:
@@ -147,6 +156,45 @@ class SecondOrderOLU(OGDIterate, Unlearner):
         self.n_deletions = 0
         self.rho_spent = 0.0
         self.epoch = 0
+
+    @classmethod
+    def check_calibration(cls, spec: ModelSpec) -> None:
+        """The worst case of a deletion (module docstring, docs/second_order_olu.md): M, B, L_B, the GD step and
+        contraction; the certified Delta and the planned GD steps K at the largest removal ratio m/n' = N_MAX and at
+        K = 0 (e = R + B); the iterates' norms (GD stays within R + 2B of the origin, the Newton point within
+        R + B + m L_B/(mu n')), the gradients there; the sigma of the last deletion of the omega series (i = N_MAX),
+        its noise norm and the discrete release's sigma'/g (int64 draws)."""
+        checks = Checks(cls.algorithm)
+        eng = construct(cls, spec)
+        common_checks(checks, eng.loss, spec)
+        mu_f = ("l2", "bounds.x_norm", "bounds.y_abs")
+        eps = ("privacy.epsilon", "privacy.delta", "hyperparameters.omega")
+        R, X = spec.domain_radius, eng.loss.feature_bound
+        checks.finite("mu", eng.mu, "l2", positive=True)
+        checks.finite("M", eng.M, "bounds.x_norm")
+        B = checks.squared("B", eng.B, *mu_f)
+        checks.squared("L_B", eng.L_B, *mu_f)
+        checks.finite("eta_gd", eng.eta_gd, "bounds.x_norm", "l2", positive=True)
+        checks.finite("gamma_gd", eng.gamma_gd, "bounds.x_norm", "l2")
+        gd_norm = checks.squared("gd_iterate_norm", R + 2.0 * B, "domain_radius", *mu_f)
+        checks.squared("gd_gradient", (gd_norm * X + eng.loss.y_abs) * X + eng.mu * gd_norm, "bounds.x_norm",
+                       "domain_radius", *mu_f)
+        n_worst = N_MAX  # n = N_MAX records, m = N_MAX - 1 of them removed at once: m/n' and n/n' at their largest
+        s_max = checks.squared("shift_bound", lambda: eng.shift_scale(n_worst - 1, 1), *mu_f)
+        checks.squared("newton_point_norm", R + B + s_max, "domain_radius", *mu_f)
+        checks.call("planned_gd_steps", lambda: eng.planned_gd_steps(n_worst, n_worst - 1), *mu_f, "domain_radius")
+        checks.call("planned_gd_steps", lambda: eng.planned_gd_steps(2, 1), *mu_f, "domain_radius")
+        for m, n in ((1, 2), (n_worst - 1, n_worst)):
+            bound = checks.call("Delta", lambda m=m, n=n: eng.sensitivity(0, n, m), *mu_f, "domain_radius")
+            checks.finite("Delta", bound["Delta"], *mu_f, "domain_radius")
+        checks.finite("rho", spec.rho, *eps, positive=True)
+        checks.finite("sigma(1)", lambda: eng.noise_multiplier(1) * 2.0 * B, *eps, positive=True)
+        mult = checks.finite("noise_multiplier(last)", lambda: eng.noise_multiplier(N_MAX), *eps, positive=True)
+        sigma = checks.squared("sigma(last)", mult * 2.0 * B, *eps, *mu_f, positive=True)
+        checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.dim + 1), *eps, "domain_radius")
+        # the first deletion's discrete release draws within int64; later ones are refused at runtime once they
+        # could not (require_release_feasible in forget)
+        release_checks(checks, eng.noise_multiplier(1), spec.dim + 1, *eps)
 
     @classmethod
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
@@ -350,6 +398,8 @@ class SecondOrderOLU(OGDIterate, Unlearner):
         steps = check_forget_steps(steps, self.t, retained, self.algorithm)
         if not steps:
             return []
+        i_last = self.n_deletions + len(steps)
+        require_release_feasible(self.noise_multiplier(i_last), self.spec.dim + 1, i_last)
         data = _Data(retained, self.chunk_size)
         tau = self.t
         certs = []
