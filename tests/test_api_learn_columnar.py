@@ -140,3 +140,28 @@ def test_idempotent_retry_in_the_other_shape_replays(model):
     assert again.headers.get("idempotent-replayed") == "true"
     other = c.post(f"/v1/models/{mid}/learn", json=columnar(X, prefix="other"), headers=headers)
     assert other.status_code == 422 and other.json()["type"].endswith("/idempotency-key-reused")
+
+
+# ---- the byte-level shortcut of the strict-number check (app/api/learn_body.py) --------------------------------
+@pytest.mark.parametrize("ids,x,y,ok", [
+    (["a", "b"], [[0.1, 1e-05], [2, -3.5e+2]], [1, 0.5], True),           # numbers only: the shortcut accepts
+    (["a", "b"], [[0.1, True], [0.2, 0.3]], [1, 0], False),               # a boolean in x
+    (["a", "b"], [[0.1, 0.2], [0.2, 0.3]], [False, 0], False),            # a boolean in y
+    (["a", "b"], [[0.1, "0.2"], [0.2, 0.3]], [1, 0], False),              # a numeric string in x
+    (["true", "false"], [[0.1, 0.2], [0.2, 0.3]], [1, 0], True),          # literals inside ids: the per-leaf check
+    (["true", "x\"y"], [[0.1, False], [0.2, 0.3]], [1, 0], False),        # ... which still finds the boolean
+    (["a", "b"], [[0.1, None], [0.2, 0.3]], [1, 0], False),               # null
+])
+def test_strict_numbers_in_columnar_json(ids, x, y, ok):
+    import orjson
+    from fastapi.exceptions import RequestValidationError
+
+    from app.api.learn_body import parse_learn_body
+
+    raw = orjson.dumps({"ids": ids, "x": x, "y": y})
+    if ok:
+        batch = parse_learn_body(raw, "application/json")
+        assert batch.X.shape == (2, 2)
+    else:
+        with pytest.raises(RequestValidationError):
+            parse_learn_body(raw, "application/json")
