@@ -45,7 +45,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
-from . import fast, release
+from . import release
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
 from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
                           require_release_feasible, update_norm_bound)
@@ -60,6 +60,27 @@ from .schedules import CappedStronglyConvex, Schedule
 SCHEDULES = ("strongly_convex_capped",)
 VARIANTS = ("single", "two_phase")
 DEFAULT_MAX_GD_STEPS = 2000
+
+
+def normalize_descent_hyperparameters(hp: dict[str, Any]) -> None:
+    """Defaults and checks shared by the families that descend on retained data at a deletion (active_olu,
+    second_order_olu): the strongly convex capped OGD schedule, the omega series and the GD step cap."""
+    hp.setdefault("schedule", "strongly_convex_capped")
+    if hp["schedule"] not in SCHEDULES:
+        raise SpecError(f"schedule must be one of {', '.join(SCHEDULES)}")
+    hp.setdefault("omega", 1.2)
+    try:
+        omega = float(hp["omega"])
+    except (TypeError, ValueError):
+        raise SpecError("omega must be a number > 1") from None
+    if not (omega > 1.0 and math.isfinite(omega)):
+        raise SpecError("omega must be a number > 1")
+    hp["omega"] = omega
+    hp.setdefault("max_gd_steps", DEFAULT_MAX_GD_STEPS)
+    m = hp["max_gd_steps"]
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 0 <= int(m) <= 1_000_000:
+        raise SpecError("max_gd_steps must be an integer in [0, 1000000]")
+    hp["max_gd_steps"] = int(m)
 # Materialise the retained set for the GD phase only while it stays below this many floats (else re-stream).
 CACHE_FLOATS = 4_000_000
 
@@ -110,22 +131,7 @@ class ActiveOLU(OGDIterate, Unlearner):
         hp.setdefault("variant", "single")
         if hp["variant"] not in VARIANTS:
             raise SpecError(f"variant must be one of {', '.join(VARIANTS)}")
-        hp.setdefault("schedule", "strongly_convex_capped")
-        if hp["schedule"] not in SCHEDULES:
-            raise SpecError(f"schedule must be one of {', '.join(SCHEDULES)}")
-        hp.setdefault("omega", 1.2)
-        try:
-            omega = float(hp["omega"])
-        except (TypeError, ValueError):
-            raise SpecError("omega must be a number > 1") from None
-        if not (omega > 1.0 and math.isfinite(omega)):
-            raise SpecError("omega must be a number > 1")
-        hp["omega"] = omega
-        hp.setdefault("max_gd_steps", DEFAULT_MAX_GD_STEPS)
-        m = hp["max_gd_steps"]
-        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 0 <= int(m) <= 1_000_000:
-            raise SpecError("max_gd_steps must be an integer in [0, 1000000]")
-        hp["max_gd_steps"] = int(m)
+        normalize_descent_hyperparameters(hp)
         if spec.loss == "huber":
             hp.setdefault("huber_delta", 1.0)
         if not spec.l2 > 0:

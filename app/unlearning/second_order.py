@@ -34,7 +34,8 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import fast, release
+from . import release
+from .active import normalize_descent_hyperparameters
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
 from .calibration import (
     N_MAX,
@@ -205,22 +206,7 @@ class SecondOrderOLU(OGDIterate, Unlearner):
         hessian_lipschitz(spec.loss, 1.0)  # refuses a loss with no finite M (message names `loss`)
         if not spec.l2 > 0:
             raise SpecError(f"{cls.algorithm} needs l2 > 0 (strong convexity mu = l2 bounds the Newton step)")
-        hp.setdefault("schedule", "strongly_convex_capped")
-        if hp["schedule"] not in SCHEDULES:
-            raise SpecError(f"schedule must be one of {', '.join(SCHEDULES)}")
-        hp.setdefault("omega", 1.2)
-        try:
-            omega = float(hp["omega"])
-        except (TypeError, ValueError):
-            raise SpecError("omega must be a number > 1") from None
-        if not (omega > 1.0 and math.isfinite(omega)):
-            raise SpecError("omega must be a number > 1")
-        hp["omega"] = omega
-        hp.setdefault("max_gd_steps", DEFAULT_MAX_GD_STEPS)
-        m = hp["max_gd_steps"]
-        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 0 <= int(m) <= 1_000_000:
-            raise SpecError("max_gd_steps must be an integer in [0, 1000000]")
-        hp["max_gd_steps"] = int(m)
+        normalize_descent_hyperparameters(hp)  # schedule, omega, max_gd_steps: as active_olu
         hp.setdefault("gd_tolerance", DEFAULT_GD_TOLERANCE)
         g = hp["gd_tolerance"]
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not (0.0 < float(g) <= 1.0):
