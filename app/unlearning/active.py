@@ -85,7 +85,22 @@ def normalize_descent_hyperparameters(hp: dict[str, Any]) -> None:
 CACHE_FLOATS = 4_000_000
 
 
-class ActiveOLU(OGDIterate, Unlearner):
+class OmegaSeriesCharges:
+    """The omega-series noise and charge of the families that descend on retained data at a deletion (active_olu,
+    second_order_olu); needs ``self.omega`` and ``self.spec.rho``."""
+
+    def noise_multiplier(self, i: int) -> float:
+        """sqrt(omega i^omega / (2 (omega - 1) rho)): 000 Alg. 2 line 13 (with omega i^omega, P12)."""
+        w = self.omega
+        return math.sqrt(w * i**w / (2.0 * (w - 1.0) * self.spec.rho))
+
+    def charge(self, i: int) -> float:
+        """The omega-series charge a_i^2/(2 sigma_i^2) = rho (omega - 1)/(omega i^omega)."""
+        w = self.omega
+        return self.spec.rho * (w - 1.0) / (w * i**w)
+
+
+class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
     algorithm = "active_olu"
     accounting = "omega_series"
     needs_retained_data = True
@@ -209,16 +224,6 @@ class ActiveOLU(OGDIterate, Unlearner):
     # ---- public quantities ------------------------------------------------------------------------
     def ogd_gamma(self, u: int, tau: int) -> float:
         return math.exp(self.schedule.log_gamma_sum(u, tau))
-
-    def noise_multiplier(self, i: int) -> float:
-        """sqrt(omega i^omega / (2 (omega - 1) rho)): 000 Alg. 2 line 13 (with omega i^omega, P12)."""
-        w = self.omega
-        return math.sqrt(w * i**w / (2.0 * (w - 1.0) * self.spec.rho))
-
-    def charge(self, i: int) -> float:
-        """The omega-series charge a_i^2/(2 sigma_i^2) = rho (omega - 1)/(omega i^omega)."""
-        w = self.omega
-        return self.spec.rho * (w - 1.0) / (w * i**w)
 
     def planned_gd_steps(self, i: int, tau: int) -> int:
         """I_i from public quantities, capped by ``max_gd_steps``."""

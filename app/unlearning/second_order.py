@@ -35,7 +35,7 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 import numpy as np
 
 from . import release
-from .active import normalize_descent_hyperparameters
+from .active import OmegaSeriesCharges, normalize_descent_hyperparameters
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
 from .calibration import (
     N_MAX,
@@ -53,9 +53,7 @@ from .noise import NoiseSource
 from .retrain import CHUNK_SIZE, OGDIterate, check_forget_steps, ogd_recompute
 from .schedules import CappedStronglyConvex, Schedule
 
-SCHEDULES = ("strongly_convex_capped",)
 SOLVERS = ("auto", "direct", "cg")
-DEFAULT_MAX_GD_STEPS = 2000
 DEFAULT_GD_TOLERANCE = 0.01
 # auto: a direct (dense) solve up to this many parameters (d + 1, i.e. d <= 200), conjugate gradient above; measured in
 # docs/second_order_olu.md (the direct solve forms H in O(n d^2), CG costs O(n d) per iteration).
@@ -125,7 +123,7 @@ class _Data:
         return sum(len(y) for _, y in self.batches(exclude))
 
 
-class SecondOrderOLU(OGDIterate, Unlearner):
+class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series as active_olu
     algorithm = "second_order_olu"
     accounting = "omega_series"
     needs_retained_data = True
@@ -252,16 +250,6 @@ class SecondOrderOLU(OGDIterate, Unlearner):
         Y = self.loss.y_abs * (1.0 + 1e-9)
         B = Y / math.sqrt(mu)
         return B, (B * X + Y) * X + mu * B
-
-    def noise_multiplier(self, i: int) -> float:
-        """sqrt(omega i^omega / (2 (omega - 1) rho)): the omega series (000 Alg. 2, P12)."""
-        w = self.omega
-        return math.sqrt(w * i**w / (2.0 * (w - 1.0) * self.spec.rho))
-
-    def charge(self, i: int) -> float:
-        """Delta^2/(2 sigma_i^2) = rho (omega - 1)/(omega i^omega)."""
-        w = self.omega
-        return self.spec.rho * (w - 1.0) / (w * i**w)
 
     def shift_scale(self, m: int, n_after: int) -> float:
         """m L_B/(mu n'): the bound on ||w_S - w*|| (strong convexity of G; docs §3)."""
