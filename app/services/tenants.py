@@ -72,9 +72,14 @@ class TenantService:
                 raise Problem(404, "key-not-found", f"No key {key_id} for tenant {tenant_id}.")
             if key.revoked_at is None:
                 key.revoked_at = utcnow()
+        self._drop_cached(lambda principal: principal.key_id == key_id)
+
+    def _drop_cached(self, revoked) -> None:
+        """A revocation: authentications in flight are re-checked (the counter) and cached principals for which
+        ``revoked(principal)`` holds leave the cache at once."""
         with self._auth_lock:
             self._revocations += 1
-            self._auth_cache = {h: e for h, e in self._auth_cache.items() if e[1].key_id != key_id}
+            self._auth_cache = {h: e for h, e in self._auth_cache.items() if not revoked(e[1])}
 
     def delete_tenant(self, tenant_id: str, models) -> dict:
         """Delete a tenant: revoke every key and mark it deleted (one transaction, so no new model can be created:
@@ -100,9 +105,7 @@ class TenantService:
                                                          ApiKey.revoked_at.is_(None))
                                     .values(revoked_at=tenant.deleted_at)).rowcount
             deleted_at = tenant.deleted_at
-        with self._auth_lock:
-            self._revocations += 1
-            self._auth_cache = {h: e for h, e in self._auth_cache.items() if e[1].tenant_id != tenant_id}
+        self._drop_cached(lambda principal: principal.tenant_id == tenant_id)
         with self.db.write() as s:
             receipts = models.erase_tenant_models(s, tenant_id)
         models.evict(r["model_id"] for r in receipts)
