@@ -121,7 +121,7 @@ class PassiveOLURestart(PassiveOLU):
     # ---- the restart test -----------------------------------------------------------------------
     def restart_threshold(self, tau_local: int) -> float:
         """c sqrt(log tau + 2k) / (L^2 d k^2.2) with d = dim + 1 (000 Alg. 3, line 5)."""
-        k, d = self.k_tilde, self.spec.dim + 1
+        k, d = self.k_tilde, self.spec.n_params
         return self.c * math.sqrt(math.log(tau_local) + 2.0 * k) / (self.L**2 * d * k**2.2)
 
     def needs_restart(self, u: int, tau: int) -> bool:
@@ -134,7 +134,7 @@ class PassiveOLURestart(PassiveOLU):
 
     def restart(self) -> None:
         """Discard the state; re-draw theta from a data-independent law; restart the clock and the ledger epoch."""
-        R, n = self.spec.domain_radius, self.spec.dim + 1
+        R, n = self.spec.domain_radius, self.spec.n_params
         xi = self.noise.standard_normal(n)
         self.theta = project_l2_ball(xi * (0.5 * R / math.sqrt(n)), R)
         self.epoch_start = self.t
