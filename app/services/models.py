@@ -40,8 +40,9 @@ IN_CHUNK = 500  # bound on bound parameters per IN (...) query
 
 def class_indices(spec, y: Any) -> Any:
     """Labels as the engine takes them: a softmax model's declared class names become their indices (0..K-1).
-    A name is refused (422 invalid-label, nothing changed) if the model declared no such class or takes no
-    names; numeric labels pass through unchanged (the engine checks them)."""
+    A name the model did not declare is refused (422 invalid-label, nothing changed); a model without class names
+    takes numbers only (422 validation-error, as the schema answered before names existed); numeric labels pass
+    through unchanged (the engine checks them)."""
     if isinstance(y, np.ndarray) or not any(isinstance(v, str) for v in y):
         return y
     names = {c: k for k, c in enumerate(spec.classes or ())}
@@ -49,10 +50,13 @@ def class_indices(spec, y: Any) -> Any:
     for i, v in enumerate(y):
         if isinstance(v, str):
             k = names.get(v)
+            if k is None and not spec.classes:  # a model without class names takes numbers only, as before
+                raise Problem(422, "validation-error", f"example {i}: y must be a number (this model declared no "
+                              "class names)", errors=[{"loc": ["body", "examples", i, "y"],
+                                                      "msg": "Input should be a valid number", "type": "float_type"}])
             if k is None:
-                what = (f"unknown class name {v!r}; declared: {', '.join(spec.classes)}" if spec.classes
-                        else "class names are accepted only by softmax models that declared classes")
-                raise Problem(422, "invalid-label", f"example {i}: {what}", index=i)
+                raise Problem(422, "invalid-label", f"example {i}: unknown class name {v!r}; declared: "
+                              f"{', '.join(spec.classes)}", index=i)
             v = float(k)
         out.append(v)
     return out

@@ -303,6 +303,14 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
             theta = theta - self.eta_gd * (total / n + self.mu * theta)
         return theta
 
+    def curvature(self, scores: np.ndarray) -> np.ndarray:
+        """phi''(score): the per-example Hessian weight (grad^2 l = phi'' x~ x~^T) of the scalar-score losses (softmax
+        curvature is a K x K block per example: ``loss.hessian_parts`` / ``hvp_sum``)."""
+        if self.spec.loss == "logistic":
+            s = 0.5 * (1.0 + np.tanh(0.5 * scores))
+            return s * (1.0 - s)
+        return np.ones_like(scores)
+
     def newton_system(self, theta: np.ndarray, data: _Data, exclude: Collection[int], n_after: int):
         """(weights, hvp): the per-chunk curvature at theta and v -> H v for H = grad^2 G(theta) (retained average)."""
         parts = None
