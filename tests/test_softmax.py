@@ -10,6 +10,7 @@ exactly by the certified factor.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -577,6 +578,9 @@ def test_ten_class_model_over_http(server, tenant):
         assert m["type"] == "discrete_gaussian" and m["sigma"] > 0 and m["sensitivity"] > 0
     after = c.get(f"/v1/models/{mid}/parameters").json()
     assert after["weights"] != p["weights"] and after["version"] > p["version"]
+    last = r.json()["receipts"][-1]  # the receipt hashes the published matrix (row-major float64 bytes)
+    assert last["model_version"] == after["version"]
+    assert last["published_parameters_sha256"] == hashlib.sha256(np.asarray(after["weights"], "<f8").tobytes()).hexdigest()
     r = c.post(f"/v1/models/{mid}/predict", json={"x": X[:5].tolist()})
     assert r.status_code == 200, r.text
     out = r.json()
@@ -631,3 +635,16 @@ def test_bad_labels_are_refused_and_change_nothing(server, tenant):
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "loss", r.text
     r = c.post("/v1/models", json={**BASE, "algorithm": "passive_olu", "n_classes": 3, "classes": ["a", "b"]})
     assert r.status_code == 422, r.text
+
+
+def test_second_order_softmax_x_norm_1e150_refused_with_the_field_and_its_range():
+    """M = X~^3/sqrt(2) overflows: refused at creation naming bounds.x_norm with an accepted range below 1e150, and
+    the top of that range is accepted."""
+    body = {**BASE, "algorithm": "second_order_olu", "n_classes": 4, "bounds": {"x_norm": 1e150, "y_abs": 1.0}}
+    with pytest.raises(SpecError) as e:
+        build_spec(body, max_dim=1000)
+    assert e.value.field == "bounds.x_norm" and e.value.accepted is not None
+    lo, hi = e.value.accepted
+    assert lo <= 1.0 <= hi < 1e150
+    s = build_spec({**body, "bounds": {"x_norm": hi, "y_abs": 1.0}}, max_dim=1000)
+    assert math.isfinite(SecondOrderOLU(s).M)
