@@ -168,6 +168,12 @@ def test_third_derivative_bound_over_many_directions():
         c = h - p @ h
         worst = max(worst, abs(float(p @ c**3)))
     assert worst <= SOFTMAX_D3
+    # two classes, h = (1, -1)/sqrt(2), p_1 = (3 + sqrt 3)/6: the logistic extremum, 2 sqrt(2)/(6 sqrt 3) ~ 0.272
+    p = np.array([(3 + math.sqrt(3)) / 6, (3 - math.sqrt(3)) / 6])
+    h = np.array([1.0, -1.0]) / math.sqrt(2)
+    c = h - p @ h
+    assert abs(float(p @ c**3)) == pytest.approx(2 * math.sqrt(2) / (6 * math.sqrt(3)), rel=1e-12)
+    assert worst <= SOFTMAX_D3 and abs(float(p @ c**3)) >= SOFTMAX_D3 / 3  # the constant is within 3x of sup
 
 
 def test_derivatives_match_finite_differences():

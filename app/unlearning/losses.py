@@ -18,7 +18,8 @@ carries over unchanged; K = {||Theta||_F <= R}.  Scores s = Theta x~ (a K-vector
 * Smoothness: grad^2 = A(p) (x) x~ x~^T + mu I with A(p) = diag(p) - p p^T (Kronecker product, row-major
   flattening), so lambda_max = lambda_max(A) ||x~||^2 + mu.  Gershgorin: row k of A has diagonal p_k (1 - p_k)
   and off-diagonal absolute sum p_k sum_{j != k} p_j = p_k (1 - p_k), so lambda_max(A) <= 2 p_k (1 - p_k) <= 1/2
-  (attained at p = (1/2, 1/2, 0, ...): A = [[1/4, -1/4], [-1/4, 1/4]] has eigenvalue 1/2), hence
+  (attained at p = (1/2, 1/2, 0, ...): A = [[1/4, -1/4], [-1/4, 1/4]] has eigenvalue 1/2; Boehning 1992, Ann. Inst.
+  Statist. Math. 44, shows the matrix bound A <= (1/2)(I - 1 1^T / K) used in multinomial MM algorithms), hence
       beta = X~^2 / 2 + mu.
   A is positive semi-definite (v^T A v = Var_p(v) >= 0) with A 1 = 0: the data term is convex but NOT strongly
   convex (flat along Theta -> Theta + 1 c^T); strong convexity mu comes from the (mu/2) ||Theta||_F^2 regulariser
