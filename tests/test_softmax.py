@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from app.receipts import parameters_sha256
 from app.registry import build_spec, rho_from_epsilon_delta
 from app.unlearning import ArrayRetained, ModelSpec, SeededNoise, SpecError
 from app.unlearning.active import ActiveOLU
@@ -587,6 +588,7 @@ def test_ten_class_model_over_http(server, tenant):
     last = r.json()["receipts"][-1]  # the receipt hashes the published matrix (row-major float64 bytes)
     assert last["model_version"] == after["version"]
     assert last["published_parameters_sha256"] == hashlib.sha256(np.asarray(after["weights"], "<f8").tobytes()).hexdigest()
+    assert last["published_parameters_sha256"] == parameters_sha256(after["weights"], after["bias"])
     r = c.post(f"/v1/models/{mid}/predict", json={"x": X[:5].tolist()})
     assert r.status_code == 200, r.text
     out = r.json()
