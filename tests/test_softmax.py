@@ -656,3 +656,51 @@ def test_second_order_softmax_x_norm_1e150_refused_with_the_field_and_its_range(
     assert lo <= 1.0 <= hi < 1e150
     s = build_spec({**body, "bounds": {"x_norm": hi, "y_abs": 1.0}}, max_dim=1000)
     assert math.isfinite(SecondOrderOLU(s).M)
+
+
+SERVED = {"passive_olu": {}, "passive_olu_restart": {"max_deletions": 3, "horizon": 200}, "active_olu": {},
+          "retrain": {}, "descent_to_delete": {}, "rewind_to_delete": {"initial_size": 5, "T": 20},
+          "discard_and_restart": {}, "online_dp_tree": {"horizon": 200, "max_deletions": 3}, "second_order_olu": {}}
+
+
+@pytest.mark.parametrize("algorithm", sorted(SERVED))
+def test_state_round_trip_keeps_the_matrix(algorithm):
+    """Every family serving softmax stores its K(d+1) parameters and reloads them exactly (state codec included),
+    and the reloaded engine forgets exactly as the original with the same noise."""
+    from app.db.state_codec import pack_state, unpack_state
+    from app.unlearning import engine_class
+
+    s = build_spec({**BASE, "algorithm": algorithm, "n_classes": 4, "hyperparameters": SERVED[algorithm]},
+                   max_dim=1000)
+    cls = engine_class(algorithm)
+    rng = np.random.default_rng(0)
+    X, y = unit_rows(30, 3, seed=5), rng.integers(0, 4, 30).astype(float)
+    a = cls(s, SeededNoise(1))
+    keep = cls.needs_retained_data
+    steps = a.learn(X, y, ArrayRetained(np.zeros(0, int), np.zeros((0, 3)), np.zeros(0)) if keep else None)
+    assert a.published().shape == (16,)
+    b = cls.from_state(s, unpack_state(pack_state(a.state())), SeededNoise(1))
+    a.noise = SeededNoise(2)
+    b.noise = SeededNoise(2)
+    assert np.array_equal(a.published(), b.published())
+    store = ArrayRetained(steps, X, y) if keep else None
+    for e in (a, b):
+        e.forget([int(steps[4])], store)
+    assert np.array_equal(a.published(), b.published())
+    preds, probs = a.predict(X[:3])
+    assert probs.shape == (3, 4) and np.allclose(probs.sum(axis=1), 1.0)
+    assert set(preds.tolist()) <= {0.0, 1.0, 2.0, 3.0}
+
+
+def test_passive_softmax_takes_the_numpy_loop(monkeypatch):
+    """The compiled OGD kernel is scalar-score only: softmax learning never reaches it (routed by the loss)."""
+    from app.unlearning import fast
+
+    def boom(*a, **k):
+        raise AssertionError("the compiled kernel was called for softmax")
+
+    monkeypatch.setattr(fast, "ogd_steps", boom)
+    e = PassiveOLU(sspec("passive_olu"))
+    assert not fast.supported(e.schedule, e.loss)
+    e.learn(unit_rows(5, 3, seed=1), np.array([0.0, 1.0, 2.0, 1.0, 0.0]))
+    assert e.step == 5
