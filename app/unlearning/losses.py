@@ -159,7 +159,9 @@ class Loss:
         return X_aug.T @ self.residual(X_aug @ theta, y)
 
     def hessian_parts(self, theta: np.ndarray, X_aug: np.ndarray) -> np.ndarray:
-        """What ``hvp_sum`` / ``hessian_sum`` need at theta: phi''(score) (n,) for scalar losses, p (n x K)."""
+        """What ``hvp_sum`` / ``hessian_sum`` need at theta: phi''(score) (n,) for logistic and squared (1), the
+        class probabilities p (n x K) for softmax.  Huber has no second derivative at |r| = delta_h (second_order_olu,
+        the only caller, refuses it)."""
         if self.name == "softmax":
             return self._probs(theta, X_aug)
         s = X_aug @ theta
