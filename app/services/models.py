@@ -60,6 +60,8 @@ def class_indices(spec, y: Any) -> Any:
             v = float(k)
         out.append(v)
     return out
+
+
 _MODEL_CURSOR = re.compile(id_pattern("mdl"))  # a models page's next_cursor is the last model id
 ERASED = "erased"  # records.status of a record erased with its model (see ModelService._erase)
 _KEEP = object()
