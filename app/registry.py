@@ -22,7 +22,7 @@ from .privacy import rho_from_epsilon_delta
 from .privacy.ledger import BudgetExhausted, LedgerState, accounting_from_params
 from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, fast, fast_dgauss
 from .unlearning.calibration import ALL_FIELDS, N_MAX, require_finite_array
-from .unlearning.losses import make_loss
+from .unlearning.losses import MAX_CLASSES, make_loss
 
 CONVERSION = "cks20"
 
@@ -37,6 +37,7 @@ def _spec_of(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
     """Validate a ModelCreate payload into an engine spec (every default filled in), calibration included."""
     if payload["dim"] > max_dim:
         raise SpecError(f"dim must be at most {max_dim}", fields=("dim",))
+    n_classes, classes = _classes_of(payload, max_dim=max_dim)
     cls = engine_class(payload["algorithm"])
     privacy = payload["privacy"]
     try:
@@ -49,7 +50,7 @@ def _spec_of(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
         x_norm=float(payload["bounds"]["x_norm"]), y_abs=float(payload["bounds"]["y_abs"]),
         domain_radius=float(payload["domain_radius"]), l2=float(payload["l2"]),
         epsilon=float(privacy["epsilon"]), delta=float(privacy["delta"]), rho=rho,
-        hyperparameters=dict(payload.get("hyperparameters") or {}),
+        hyperparameters=dict(payload.get("hyperparameters") or {}), n_classes=n_classes, classes=classes,
     )
     try:
         spec = spec.with_hyperparameters(cls.normalize_hyperparameters(spec))
@@ -67,6 +68,32 @@ def _spec_of(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
         raise SpecError(f"{spec.algorithm}: the calibration cannot be computed ({type(e).__name__}: {e})",
                         fields=ALL_FIELDS) from None
     return spec
+
+
+def _classes_of(payload: dict[str, Any], *, max_dim: int) -> tuple[int, tuple[str, ...] | None]:
+    """(n_classes, class names or None) of a softmax spec: K from ``n_classes`` and/or the names in ``classes``
+    (they must agree), 2 <= K <= MAX_CLASSES, K (dim + 1) parameters at most max_dim + 1; (0, None) otherwise."""
+    n, names = payload.get("n_classes"), payload.get("classes")
+    if payload["loss"] != "softmax":
+        if n is not None or names is not None:
+            field = "n_classes" if n is not None else "classes"
+            raise SpecError(f"{field} applies to loss softmax only", fields=(field,))
+        return 0, None
+    if names is not None:
+        names = tuple(names)
+        if len(set(names)) != len(names):
+            raise SpecError("classes must be distinct names", fields=("classes",))
+        if n is not None and n != len(names):
+            raise SpecError(f"n_classes = {n} but {len(names)} class names are declared", fields=("n_classes",))
+        n = len(names)
+    if n is None:
+        raise SpecError("loss softmax needs n_classes (or the class names in classes)", fields=("n_classes",))
+    if not 2 <= n <= MAX_CLASSES:
+        raise SpecError(f"n_classes must be in [2, {MAX_CLASSES}]", fields=("n_classes",))
+    if n * (payload["dim"] + 1) > max_dim + 1:
+        raise SpecError(f"a softmax model has n_classes * (dim + 1) parameters, at most {max_dim + 1}",
+                        fields=("n_classes", "dim"))
+    return int(n), names
 
 
 def _check_ledger(engine) -> None:
@@ -239,16 +266,26 @@ def locate(payload: dict[str, Any], err: SpecError, *, max_dim: int) -> tuple[st
 
 
 def spec_to_json(spec: ModelSpec) -> str:
-    return json.dumps({**spec.__dict__, "hyperparameters": dict(spec.hyperparameters)}, sort_keys=True)
+    out = {**spec.__dict__, "hyperparameters": dict(spec.hyperparameters)}
+    if spec.loss != "softmax":  # the stored text of the other losses is unchanged
+        out.pop("n_classes")
+        out.pop("classes")
+    elif spec.classes is not None:
+        out["classes"] = list(spec.classes)
+    return json.dumps(out, sort_keys=True)
 
 
 def spec_from_json(text: str) -> ModelSpec:
-    return ModelSpec(**json.loads(text))
+    d = json.loads(text)
+    if d.get("classes") is not None:
+        d["classes"] = tuple(d["classes"])
+    return ModelSpec(**d)
 
 
 def loss_for(spec: ModelSpec):
     """The declared loss with its public constants: what validation and predictions use (no engine state)."""
-    return make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, spec.hyperparameters)
+    return make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, spec.hyperparameters,
+                     spec.n_classes)
 
 
 def published_bytes(theta: np.ndarray) -> bytes:

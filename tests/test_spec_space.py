@@ -149,7 +149,7 @@ SPEC_NUMBERS = ("x_norm", "y_abs", "domain_radius", "l2", "epsilon")
 def scenarios(draw, algorithm: str):
     """Either every number across the whole range, or every number moderate but one (which spans the whole
     range): the second kind walks the edge of the accepted region, where a wrong check would let a model in."""
-    loss = draw(st.sampled_from(["logistic", "squared", "huber"]))
+    loss = draw(st.sampled_from(["logistic", "squared", "huber", "softmax"]))
     hp = hyperparameters(algorithm, draw)
     if loss == "huber" and draw(st.booleans()):
         hp["huber_delta"] = draw(positive())
@@ -161,6 +161,8 @@ def scenarios(draw, algorithm: str):
             "bounds": {"x_norm": num("x_norm"), "y_abs": num("y_abs")},
             "domain_radius": num("domain_radius"), "l2": l2,
             "privacy": {"epsilon": num("epsilon"), "delta": draw(in_unit())}, "hyperparameters": hp}
+    if loss == "softmax":
+        body["n_classes"] = draw(st.integers(2, 5))
     n = draw(st.integers(3, 6))
     seed = draw(st.integers(0, 2**32 - 1))
     return body, n, seed
@@ -180,6 +182,8 @@ def examples_inside(body: dict, n: int, seed: int) -> list[dict]:
             x = v / np.linalg.norm(v) * (xn * rng.uniform(0.0, 1.0))
         if body["loss"] == "logistic":
             y = float(i % 2)
+        elif body["loss"] == "softmax":
+            y = float(i % body["n_classes"])
         else:
             y = [ya, -ya, 0.0, ya * rng.uniform(-1, 1)][i % 4]
         out.append({"id": f"r{i}", "x": [float(v) for v in x], "y": float(y)})
@@ -259,15 +263,17 @@ def quick_d2d(monkeypatch):
 MODERATE_HP = {"passive_olu_restart": {"max_deletions": 3, "horizon": 1000}, "rewind_to_delete": {"initial_size": 3, "T": 20},
                "memory_pair": {"capacity": 3}, "online_dp_tree": {"horizon": 1000, "max_deletions": 3}}
 # a loss a family's certificate cannot use: refused at create, naming the field ``loss``
-UNSUPPORTED_LOSS = {"second_order_olu": {"huber"}}
+UNSUPPORTED_LOSS = {"second_order_olu": {"huber"}, "memory_pair": {"softmax"}}
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_spec_space_walk_in_process(asgi, quick_d2d, algorithm):
-    for loss in ("logistic", "squared", "huber"):
+    for loss in ("logistic", "squared", "huber", "softmax"):
         body = {"name": "moderate", "algorithm": algorithm, "loss": loss, "dim": 3,
                 "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0, "l2": 0.05,
                 "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": MODERATE_HP.get(algorithm, {})}
+        if loss == "softmax":
+            body["n_classes"] = 3
         if loss in UNSUPPORTED_LOSS.get(algorithm, ()):
             r = asgi.post("/v1/models", json=body)
             assert r.status_code == 422 and r.json()["errors"][0]["field"] == "loss", r.text

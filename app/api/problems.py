@@ -24,6 +24,7 @@ TITLES = {
     "duplicate-record": "Duplicate record id",
     "out-of-bounds-input": "Input outside the declared bounds",
     "invalid-dimension": "Wrong feature dimension",
+    "invalid-label": "Label not accepted by the model",
     "deletion-capacity-exhausted": "Deletion capacity exhausted",
     "idempotency-key-reused": "Idempotency key reused with a different request",
     "idempotency-request-in-progress": "A request with this idempotency key is in progress",

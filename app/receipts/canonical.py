@@ -149,10 +149,11 @@ def signed_receipt_bytes(receipt: Mapping[str, Any], sign) -> tuple[str, bytes]:
 def parameters_sha256(weights: Any, bias: Any) -> str:
     """Hex SHA-256 of little-endian float64 ``weights`` (flattened) followed by ``bias``.
 
-    ``bias`` may be a scalar or a sequence/array.  A client recomputes this from
-    ``GET /v1/models/{id}/parameters``: ``sha256(struct.pack('<%dd' % n, *weights, bias))``.
+    ``bias`` may be a scalar or a sequence/array, or None (softmax models publish no separate bias: ``weights`` is
+    their K x (d + 1) matrix row-major).  A client recomputes this from ``GET /v1/models/{id}/parameters``:
+    ``sha256(struct.pack('<%dd' % n, *weights, bias))`` (softmax: ``*weights`` alone).
     """
-    vals = _floats(weights, "weights") + _floats(bias, "bias")
+    vals = _floats(weights, "weights") + ([] if bias is None else _floats(bias, "bias"))
     return hashlib.sha256(struct.pack(f"<{len(vals)}d", *vals)).hexdigest()
 
 

@@ -29,7 +29,25 @@ NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
 RecordId = Annotated[str, Field(min_length=1, max_length=256, pattern=NO_CONTROL,
                                 description="The client's record id (no control characters).")]
 Scope = Literal["write", "predict", "audit"]
-LossName = Literal["logistic", "squared", "huber"]
+LossName = Literal["logistic", "squared", "huber", "softmax"]
+MAX_CLASSES = 1000  # app/unlearning/losses.py MAX_CLASSES
+ClassName = Annotated[str, Field(min_length=1, max_length=200, pattern=NO_CONTROL,
+                                 description="A declared class name of a softmax model.")]
+
+
+class _OmitNone(BaseModel):
+    """Optional fields added for softmax models are left out of the JSON when they do not apply, so the answers
+    for the other losses are unchanged."""
+
+    _omit: tuple[str, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler):
+        out = handler(self)
+        for key in self._omit:
+            if out.get(key) is None:
+                out.pop(key, None)
+        return out
 
 
 class Strict(BaseModel):
@@ -108,6 +126,10 @@ class ModelCreate(Strict):
         0.01, description="L2 regularisation (mu): 0 or a positive normal float.")
     privacy: PrivacyTarget = Field(default_factory=PrivacyTarget)
     hyperparameters: dict[str, Any] = Field(default_factory=dict, description="Family-specific, all defaulted.")
+    n_classes: int | None = Field(None, ge=2, le=MAX_CLASSES, strict=True, description=(
+        "loss softmax: the number of classes K (labels 0..K-1); may be omitted when classes is given."))
+    classes: list[ClassName] | None = Field(None, min_length=2, max_length=MAX_CLASSES, description=(
+        "loss softmax: distinct class names, in label order; learn and predict then also take and give names."))
 
 
 # The public constants are served as a map {L, beta, mu, D} (API.md).  It is typed as a map of numbers
@@ -140,7 +162,8 @@ class Guarantee(BaseModel):
     statement: str
 
 
-class Model(BaseModel):
+class Model(_OmitNone):
+    _omit = ("n_classes", "classes")
     id: str
     name: str
     algorithm: str
@@ -161,6 +184,8 @@ class Model(BaseModel):
     constants: Constants
     ledger_summary: LedgerSummary
     guarantee: Guarantee
+    n_classes: int | None = Field(None, description="Softmax models only: the number of classes K.")
+    classes: list[str] | None = Field(None, description="Softmax models with declared class names only.")
 
 
 class ModelList(BaseModel):
@@ -172,7 +197,8 @@ class ModelList(BaseModel):
 class Example(Strict):
     id: RecordId
     x: list[Finite]
-    y: Finite
+    y: Finite | ClassName = Field(description="The label: 0/1 (logistic), a real target (squared, huber), or a "
+                                              "class index 0..K-1 or declared class name (softmax).")
 
 
 class LearnRequest(Strict):
@@ -337,17 +363,28 @@ class PredictRequest(Strict):
     x: list[list[Finite]] = Field(min_length=1)
 
 
-class PredictResponse(BaseModel):
-    predictions: list[float]
-    scores: list[float]
+class PredictResponse(_OmitNone):
+    _omit = ("probabilities", "classes")
+    predictions: list[float] = Field(description="Per input: the label (logistic 0/1, softmax the class index) or "
+                                                 "the predicted value (squared, huber).")
+    scores: list[float] = Field(description="Per input: the class-1 probability (logistic), the predicted class's "
+                                            "probability (softmax), or the raw score.")
     version: int
+    probabilities: list[list[float]] | None = Field(
+        None, description="Softmax models only: per input, the K class probabilities.")
+    classes: list[str] | None = Field(
+        None, description="Softmax models with declared class names only: the predicted class name per input.")
 
 
-class Parameters(BaseModel):
+class Parameters(_OmitNone):
+    _omit = ("shape", "classes")
     version: int
-    weights: list[float]
-    bias: float
+    weights: list[float] = Field(description="The weights; softmax: the K x (d + 1) matrix in row-major order "
+                                             "(row k = class k's d weights, then its bias).")
+    bias: float | None = Field(description="The bias; null for softmax (each row of the matrix ends with its bias).")
     published_at: UtcDatetime | None
+    shape: list[int] | None = Field(None, description="Softmax models only: [K, d + 1].")
+    classes: list[str] | None = Field(None, description="Softmax models with declared class names only.")
 
 
 class LedgerEntryOut(BaseModel):

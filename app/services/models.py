@@ -36,6 +36,32 @@ from .receipts import ERASURE, ReceiptIssuer, guarantee_of, is_restart
 from .tenants import commitment, commitment_digests, example_mac, lookup_key, open_record_key
 
 IN_CHUNK = 500  # bound on bound parameters per IN (...) query
+
+
+def class_indices(spec, y: Any) -> Any:
+    """Labels as the engine takes them: a softmax model's declared class names become their indices (0..K-1).
+    A name the model did not declare is refused (422 invalid-label, nothing changed); a model without class names
+    takes numbers only (422 validation-error, as the schema answered before names existed); numeric labels pass
+    through unchanged (the engine checks them)."""
+    if isinstance(y, np.ndarray) or not any(isinstance(v, str) for v in y):
+        return y
+    names = {c: k for k, c in enumerate(spec.classes or ())}
+    out = []
+    for i, v in enumerate(y):
+        if isinstance(v, str):
+            k = names.get(v)
+            if k is None and not spec.classes:  # a model without class names takes numbers only, as before
+                raise Problem(422, "validation-error", f"example {i}: y must be a number (this model declared no "
+                              "class names)", errors=[{"loc": ["body", "examples", i, "y"],
+                                                      "msg": "Input should be a valid number", "type": "float_type"}])
+            if k is None:
+                raise Problem(422, "invalid-label", f"example {i}: unknown class name {v!r}; declared: "
+                              f"{', '.join(spec.classes)}", index=i)
+            v = float(k)
+        out.append(v)
+    return out
+
+
 _MODEL_CURSOR = re.compile(id_pattern("mdl"))  # a models page's next_cursor is the last model id
 ERASED = "erased"  # records.status of a record erased with its model (see ModelService._erase)
 _KEEP = object()
@@ -239,6 +265,7 @@ class ModelService:
             "version": row.version, "epoch": row.epoch, "constants": json.loads(row.constants_json),
             "ledger_summary": ledger_summary(ledger, spec),
             "guarantee": json.loads(row.guarantee_json),
+            "n_classes": spec.get("n_classes"), "classes": spec.get("classes"),
         }
 
     # ---- models ------------------------------------------------------------------------------------------
@@ -382,7 +409,7 @@ class ModelService:
             if bad is not None:  # ragged rows make numpy raise ValueError (was a 500)
                 raise Problem(422, "invalid-dimension", f"features must have dimension {spec.dim}", index=bad)
             try:
-                X, y = validate_examples(spec, loss_for(spec), X, y)
+                X, y = validate_examples(spec, loss_for(spec), X, class_indices(spec, y))
             except InputError as e:
                 raise Problem(422, e.code, str(e), index=e.index) from None
             key = self._record_key(s, tenant_id)
@@ -560,11 +587,11 @@ class ModelService:
                         f"examples (it has {ledger.get('n_inserts')}); its inference gate is on.")
             theta = published_array(found[2])
             theta.setflags(write=False)  # shared by later requests
-            published = (spec.dim, theta, loss_for(spec), gate)
+            published = (spec.dim, theta, loss_for(spec), gate, spec.classes)
             if len(self._published) >= 1024:
                 self._published.clear()
             self._published[(model_id, version)] = published
-        dim, theta, loss, gate = published
+        dim, theta, loss, gate, names = published
         if gate is not None:
             raise Problem(409, "inference-not-ready", gate)
         if any(len(row) != dim for row in X):  # ragged rows would make numpy raise (was a 500)
@@ -572,12 +599,30 @@ class ModelService:
         Xa = np.asarray(X, dtype=np.float64)
         if Xa.ndim != 2 or Xa.shape[1] != dim:
             raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
+        if loss.n_out > 1:  # softmax: K scores per input (losses.py)
+            return self._predict_classes(loss, theta, Xa, names, version)
         with np.errstate(over="ignore", invalid="ignore"):
             scores = Xa @ theta[:-1] + theta[-1]
         if not np.all(np.isfinite(scores)):  # would not serialise as JSON (was a 500)
             raise Problem(422, "out-of-bounds-input", "Feature values too large to score.")
         return {"predictions": loss.predict(scores).tolist(), "scores": loss.score_output(scores).tolist(),
                 "version": version}
+
+    @staticmethod
+    def _predict_classes(loss, theta, Xa, names, version: int) -> dict[str, Any]:
+        """Softmax: the class index (and name, if declared), its probability and all K class probabilities."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            scores = loss.linear_scores(theta, Xa)
+            probs = loss.score_output(scores) if np.all(np.isfinite(scores)) else scores
+        if not np.all(np.isfinite(probs)):
+            raise Problem(422, "out-of-bounds-input", "Feature values too large to score.")
+        pred = np.argmax(probs, axis=1)
+        out = {"predictions": pred.astype(np.float64).tolist(),
+               "scores": probs[np.arange(len(pred)), pred].tolist(), "version": version,
+               "probabilities": probs.tolist()}
+        if names is not None:
+            out["classes"] = [names[k] for k in pred.tolist()]
+        return out
 
     def parameters(self, tenant_id: str, model_id: str) -> dict[str, Any]:
         with self.db.read() as s:
@@ -586,6 +631,11 @@ class ModelService:
         if not np.all(np.isfinite(theta)):  # never served as null weights (stored before the finite guard)
             raise Problem(409, "non-finite-result", "The model's stored parameters are not finite numbers; "
                                                     "retrain or delete the model.")
+        spec = json.loads(row.spec_json)
+        if spec["loss"] == "softmax":  # the K x (d + 1) matrix, row-major (losses.py)
+            return {"version": row.version, "weights": theta.tolist(), "bias": None,
+                    "published_at": row.published_at, "shape": [spec["n_classes"], spec["dim"] + 1],
+                    "classes": spec.get("classes")}
         return {"version": row.version, "weights": theta[:-1].tolist(), "bias": float(theta[-1]),
                 "published_at": row.published_at}
 
@@ -739,7 +789,7 @@ class ModelService:
         spec = spec_from_json(row.spec_json)
         try:
             X, y = validate_examples(spec, loss_for(spec), [by_id[rid][0] for rid in ids],
-                                     [by_id[rid][1] for rid in ids])
+                                     class_indices(spec, [by_id[rid][1] for rid in ids]))
         except InputError as e:
             raise Problem(422, e.code, str(e), index=e.index) from None
         for rid, rec, xi, yi in zip(ids, records, X, y):

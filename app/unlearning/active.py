@@ -124,7 +124,7 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         self._reset(t=0)
 
     def _reset(self, t: int) -> None:
-        self.theta = np.zeros(self.spec.dim + 1)  # data-independent start in K
+        self.theta = np.zeros(self.spec.n_params)  # data-independent start in K
         self.t = t
         self.n_deletions = 0
         self.n_fallbacks = 0
@@ -173,10 +173,10 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         a_max = max(a_ogd, eng.D)
         mult = checks.finite("noise_multiplier(N_MAX)", lambda: eng.noise_multiplier(N_MAX), *eps, positive=True)
         sigma = checks.squared("sigma(N_MAX)", mult * a_max, *eps, *gamma)
-        checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.dim + 1), *eps, "domain_radius", *gamma)
+        checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.n_params), *eps, "domain_radius", *gamma)
         # the discrete release (release.py) of the first deletion draws within int64; later ones, whose multiplier
         # grows like i^(omega/2), are refused at runtime once they could not (require_release_feasible in forget)
-        release_checks(checks, eng.noise_multiplier(1), spec.dim + 1, *eps, "hyperparameters.omega")
+        release_checks(checks, eng.noise_multiplier(1), spec.n_params, *eps, "hyperparameters.omega")
 
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -314,7 +314,7 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         for _ in range(steps):
             total = np.zeros_like(theta)
             for Xa, y in batches():
-                total += Xa.T @ self.loss.residual(Xa @ theta, y)
+                total += self.loss.grad_sum(theta, Xa, y)
             grad = total / n + self.mu * theta
             theta = project_l2_ball(theta - self.eta_gd * grad, R)
         return theta, n
@@ -342,7 +342,7 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         steps = check_forget_steps(steps, self.t, retained, self.algorithm)
         if steps:
             i_last = self.n_deletions + len(steps)
-            require_release_feasible(self.noise_multiplier(i_last), self.spec.dim + 1, i_last)
+            require_release_feasible(self.noise_multiplier(i_last), self.spec.n_params, i_last)
         certs = []
         tau = self.t
         # Every step named in the request stays out of its GD phases: the only state published is the one after
@@ -391,7 +391,7 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         every OGD step and noise step since u errs by at most e = C (d + 3) u_64 (R + eta_gd L) (eta_t <= eta_gd
         on the capped schedule), every GD step on a set of n_j examples by C (d + 3 + n_j) u_64 (R + eta_gd L) (the
         average's summation), each contracted by gamma_gd over its phase; summed without contraction otherwise."""
-        n, R, step = self.spec.dim + 1, self.spec.domain_radius, self.eta_gd * self.L
+        n, R, step = self.spec.n_params, self.spec.domain_radius, self.eta_gd * self.L
         e = release.step_roundoff(n, R, step)
         floor = release.roundoff_floor(e, tau - u + 1 + self.n_deletions, 1.0)
         for tau_j, I_j, n_j in zip(self.phase_tau, self.phase_steps, self.phase_size):

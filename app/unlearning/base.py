@@ -95,6 +95,14 @@ class ModelSpec:
     delta: float
     rho: float  # zCDP budget the (epsilon, delta) target was calibrated to (app.privacy)
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    # loss "softmax" only: the number of classes K, and optionally their names (labels are indices 0..K-1)
+    n_classes: int = 0
+    classes: tuple[str, ...] | None = None
+
+    @property
+    def n_params(self) -> int:
+        """Length of the flattened parameter vector: d + 1, or K (d + 1) for softmax (losses.py)."""
+        return (self.dim + 1) * (self.n_classes if self.loss == "softmax" else 1)
 
     def with_hyperparameters(self, hp: Mapping[str, Any]) -> "ModelSpec":
         return ModelSpec(**{**self.__dict__, "hyperparameters": dict(hp)})
@@ -214,7 +222,8 @@ class Unlearner(ABC):
 
     @abstractmethod
     def published(self) -> np.ndarray:
-        """The only parameters that ever leave the engine: weights followed by the bias (d + 1)."""
+        """The only parameters that ever leave the engine: weights followed by the bias (d + 1); softmax: the
+        K x (d + 1) matrix flattened row-major."""
 
     @property
     @abstractmethod
@@ -256,15 +265,16 @@ class Unlearner(ABC):
         from .losses import make_loss  # losses imports this module
 
         spec = self.spec
-        self.loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2 + extra_mu, hp)
+        self.loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2 + extra_mu, hp,
+                               spec.n_classes)
         self.L = self.loss.lipschitz
         self.beta = self.loss.smoothness
         self.mu = self.loss.mu
 
     def stored_theta(self, state: Mapping[str, Any], key: str = "theta") -> np.ndarray:
-        """A parameter vector from a stored state, checked against the model dimension (d + 1)."""
+        """A parameter vector from a stored state, checked against the model dimension (n_params)."""
         theta = np.asarray(state[key], dtype=np.float64)
-        if theta.shape != (self.spec.dim + 1,):
+        if theta.shape != (self.spec.n_params,):
             raise ValueError("stored parameters do not match the model dimension")
         return theta.copy()
 
@@ -277,8 +287,7 @@ class Unlearner(ABC):
         return validate_examples(self.spec, self.loss, X, y)
 
     def predict_scores(self, X: np.ndarray) -> np.ndarray:
-        theta = self.published()
-        return X @ theta[:-1] + theta[-1]
+        return self.loss.linear_scores(self.published(), X)
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(predictions, scores) from the published parameters only."""

@@ -160,10 +160,10 @@ class DescentToDelete(Unlearner):
         self.I: int = int(hp["iterations"])
         self.xi = float(hp["xi"])
         self.chunk_size = int(hp["chunk_size"])
-        self.d = spec.dim + 1
+        self.d = spec.n_params
         self.R = float(spec.domain_radius)
         self.D = 2.0 * self.R
-        self.base_loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp)
+        self.base_loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp, spec.n_classes)
         self.sampler: np.random.Generator | None = None  # tests inject a seeded generator
         # state
         self.t = 0
@@ -237,18 +237,18 @@ class DescentToDelete(Unlearner):
         it = hp.get("iterations")
         if it is None:
             if variant == "perfect":
-                loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp)
+                loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp, spec.n_classes)
                 c = dm.PGDConstants(loss.lipschitz, loss.smoothness, spec.l2)
-                it = max(1, math.ceil(dm.perfect_min_iterations(c, spec.dim + 1, spec.epsilon, spec.delta)))
+                it = max(1, math.ceil(dm.perfect_min_iterations(c, spec.n_params, spec.epsilon, spec.delta)))
             else:
                 it = 2 if variant == "distributed" else 25
         if not (isinstance(it, int) and not isinstance(it, bool) and it >= 1):
             raise SpecError("iterations must be a positive integer")
         hp["iterations"] = it
         if variant == "perfect":
-            loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp)
+            loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp, spec.n_classes)
             c = dm.PGDConstants(loss.lipschitz, loss.smoothness, spec.l2)
-            i_min = dm.perfect_min_iterations(c, spec.dim + 1, spec.epsilon, spec.delta)
+            i_min = dm.perfect_min_iterations(c, spec.n_params, spec.epsilon, spec.delta)
             if it < i_min:
                 raise SpecError(f"the perfect variant needs iterations >= I_min = {i_min:.1f} (Thm 3.2)")
         return hp
@@ -318,7 +318,7 @@ class DescentToDelete(Unlearner):
         """Derive the objective, gamma, eta, sigma, Delta and T from (spec, n_epoch, m_reg): public only."""
         s = self.spec
         mu = s.l2 + self.m_reg
-        self.loss: Loss = make_loss(s.loss, s.x_norm, s.y_abs, s.domain_radius, mu, self.hp)
+        self.loss: Loss = make_loss(s.loss, s.x_norm, s.y_abs, s.domain_radius, mu, self.hp, s.n_classes)
         self.c = dm.PGDConstants(self.loss.lipschitz, self.loss.smoothness, mu)
         self.sizes = None
         n = self.n_epoch
@@ -500,7 +500,7 @@ class DescentToDelete(Unlearner):
     def _grad(self, theta: np.ndarray, view: DatasetView) -> np.ndarray:
         total = np.zeros(self.d)
         for _, Xa, y in view.chunks(self.chunk_size):
-            total += Xa.T @ self.loss.residual(Xa @ theta, y)
+            total += self.loss.grad_sum(theta, Xa, y)
         return total / view.n + self.c.m * theta
 
     def _gd(self, theta: np.ndarray, iters: int, view: DatasetView) -> np.ndarray:
@@ -519,6 +519,14 @@ class DescentToDelete(Unlearner):
     def _partition_gd(self, thetas: np.ndarray, Xp: np.ndarray, yp: np.ndarray, iters: int) -> np.ndarray:
         """Projected GD on k partitions at once: thetas (k, d), Xp (k, P, d), yp (k, P)."""
         eta, mu, P = self.c.eta, self.c.m, Xp.shape[1]
+        if self.loss.n_out > 1:  # softmax: each partition's parameters are a matrix (losses.py)
+            for _ in range(iters):
+                thetas = np.stack([th - eta * (self.loss.grad_sum(th, X, y) / P + mu * th)
+                                   for th, X, y in zip(thetas, Xp, yp)])
+                norms = np.linalg.norm(thetas, axis=1, keepdims=True)
+                thetas = np.where(norms > self.R, thetas * (self.R / np.maximum(norms, 1e-300)), thetas)
+            self.grad_evals += iters * Xp.shape[0] * P
+            return thetas
         for _ in range(iters):
             r = self.loss.residual(np.einsum("kpd,kd->kp", Xp, thetas), yp)
             thetas = thetas - eta * (np.einsum("kpd,kp->kd", Xp, r) / P + mu * thetas)
@@ -537,7 +545,7 @@ class DescentToDelete(Unlearner):
             steps = self.slots[l, slot_idx]
             uniq, inv = np.unique(steps, return_inverse=True)
             Xu, yu = view.get(uniq)
-            Xp = Xu[inv].reshape(len(sel), P, self.d)
+            Xp = Xu[inv].reshape(len(sel), P, -1)
             yp = yu[inv].reshape(len(sel), P)
             out[g0 : g0 + group] = self._partition_gd(start[g0 : g0 + group], Xp, yp, iters)
         return out

@@ -50,7 +50,7 @@ class DiscardAndRestart(PassiveOLU):
             self.reg_lambda = regularization_lambda(hp["horizon"], hp["max_deletions"])
         self.declare_loss(hp, extra_mu=self.reg_lambda)
         self.schedule = self._make_schedule()
-        self.theta = np.zeros(spec.dim + 1)
+        self.theta = np.zeros(spec.n_params)
         self.t = 0
         self.epoch_start = 0
         self.n_deletions = 0
@@ -106,7 +106,7 @@ class DiscardAndRestart(PassiveOLU):
     # ---- unlearning -------------------------------------------------------------------------------
     def restart(self) -> None:
         """Discard the state: theta <- 0 (data-independent), the schedule clock restarts at the next example."""
-        self.theta = np.zeros(self.spec.dim + 1)
+        self.theta = np.zeros(self.spec.n_params)
         self.epoch_start = self.t
         self.schedule.reset()
         self.n_restarts += 1

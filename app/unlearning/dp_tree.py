@@ -229,7 +229,7 @@ class OnlineDPTree(Unlearner):
         self.sigma = self.L * math.sqrt(self.levels * self.group / (2.0 * spec.rho))
         self.rho_olu = self.group * self.levels * self.L**2 / (2.0 * self.sigma**2)
         self.rho_tree = self.rho_olu / self.group
-        n = spec.dim + 1
+        n = spec.n_params
         self.variant = hp["variant"]
         self.strongly_convex = self.variant == "strongly_convex"
         if self.strongly_convex and hp.get("lambda") is None:

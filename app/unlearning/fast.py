@@ -216,6 +216,7 @@ def project(theta: np.ndarray, radius: float) -> np.ndarray:
 
 
 def supported(schedule: Schedule, loss) -> bool:
-    # only the library's own losses (tests substitute other loss objects, which keep the numpy loop)
+    # only the library's own losses (tests substitute other loss objects, which keep the numpy loop); the kernel
+    # is scalar-score only: softmax (not in LOSS_CODES) keeps the numpy loop through the loss object
     return (available() and type(loss) is Loss and loss.name in LOSS_CODES
             and schedule_params(schedule) is not None)

@@ -132,7 +132,7 @@ class PassiveOLU(Unlearner):
         if self.schedule_name == "adaptive":
             self.guarantee_words = ADAPTIVE_WORDS
         self.schedule: Schedule = self._make_schedule()
-        self.theta = np.zeros(spec.dim + 1)  # data-independent start in K
+        self.theta = np.zeros(spec.n_params)  # data-independent start in K
         self.t = 0
         self.epoch_start = 0  # the schedule's clock runs on t - epoch_start (restarts move it; 0 otherwise)
         self.n_deletions = 0
@@ -208,7 +208,7 @@ class PassiveOLU(Unlearner):
         elif not spec.l2 >= 0:
             raise SpecError("l2 must be >= 0")
         if schedule in ("convex_constant", "adaptive"):  # defaults resolved against the public constants
-            loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp)
+            loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp, spec.n_classes)
             if schedule == "convex_constant":
                 if hp.get("eta") is None:
                     hp["eta"] = 1.0 / loss.smoothness
@@ -263,13 +263,13 @@ class PassiveOLU(Unlearner):
         last = self.capacity if self.capacity is not None else N_MAX
         mult = checks.finite("noise_multiplier(last)", lambda: self.noise_multiplier(last), *eps, positive=True)
         sigma = checks.squared("sigma(last)", mult * a_max, *eps, "bounds.x_norm", "l2", positive=True)
-        checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.dim + 1), *eps, "bounds.x_norm", "domain_radius")
+        checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.n_params), *eps, "bounds.x_norm", "domain_radius")
         # the discrete release (release.py) must draw within int64: at the last deletion of a bounded capacity; the
         # unbounded omega series checks its first deletion here and refuses later ones at runtime (_precheck)
         if self.capacity is None:
-            release_checks(checks, self.noise_multiplier(1), spec.dim + 1, *eps, "hyperparameters.omega")
+            release_checks(checks, self.noise_multiplier(1), spec.n_params, *eps, "hyperparameters.omega")
         else:
-            release_checks(checks, mult, spec.dim + 1, *eps, "hyperparameters.max_deletions")
+            release_checks(checks, mult, spec.n_params, *eps, "hyperparameters.max_deletions")
 
     def ogd_worst_case(self, checks: Checks) -> float:
         """Loss constants, the first (largest) step of the schedule and the update norm it puts into theta;
@@ -442,7 +442,7 @@ class PassiveOLU(Unlearner):
                 f"(max_deletions={self.capacity}); an exact retrain is required")
         if self.capacity is None and steps:
             i = self.n_charged + len(steps)
-            require_release_feasible(self.noise_multiplier(i), self.spec.dim + 1, i)
+            require_release_feasible(self.noise_multiplier(i), self.spec.n_params, i)
 
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
         steps = list(map(int, steps))
@@ -459,7 +459,7 @@ class PassiveOLU(Unlearner):
         step tau (release.py): per step e = C (n + 2) u_64 (R + eta_u L) (eta_u bounds every later step: the
         schedules are non-increasing), contracted by the schedule's gamma (constant steps) or summed (gamma_t -> 1),
         plus one projection's worth for every noise step since u (at most n_deletions of them)."""
-        n, R = self.spec.dim + 1, self.spec.domain_radius
+        n, R = self.spec.n_params, self.spec.domain_radius
         # the adaptive eta_u depends on gradient norms (data): use its public bound, never the value (issue 14.3)
         bound = getattr(self.schedule, "public_eta_bound", None)
         eta_u = bound() if bound is not None else self.schedule.eta(u - self.epoch_start)

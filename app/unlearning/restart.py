@@ -3,7 +3,7 @@
 A forget request for a record learned at (epoch-local) step u, processed after (epoch-local) step tau, is served
 with passive Gaussian noise (``PassiveOLU``) when
 
-    tau / u^2 <= c * sqrt(log tau + 2 k) / (L^2 * d * k^2.2)         (k = max_deletions, d = dim + 1)
+    tau / u^2 <= c * sqrt(log tau + 2 k) / (L^2 * d * k^2.2)         (k = max_deletions, d = dim + 1 parameters; K (dim + 1) for softmax)
 
 and the record is deletable under the epoch's schedule; otherwise the model **restarts**: the iterate is
 re-drawn from a data-independent distribution (N(0, (R/2)^2/(d) I) projected onto K, drawn from the noise source),
@@ -120,8 +120,8 @@ class PassiveOLURestart(PassiveOLU):
 
     # ---- the restart test -----------------------------------------------------------------------
     def restart_threshold(self, tau_local: int) -> float:
-        """c sqrt(log tau + 2k) / (L^2 d k^2.2) with d = dim + 1 (000 Alg. 3, line 5)."""
-        k, d = self.k_tilde, self.spec.dim + 1
+        """c sqrt(log tau + 2k) / (L^2 d k^2.2) with d = spec.n_params, dim + 1 or K (dim + 1) for softmax (000 Alg. 3, line 5)."""
+        k, d = self.k_tilde, self.spec.n_params
         return self.c * math.sqrt(math.log(tau_local) + 2.0 * k) / (self.L**2 * d * k**2.2)
 
     def needs_restart(self, u: int, tau: int) -> bool:
@@ -134,7 +134,7 @@ class PassiveOLURestart(PassiveOLU):
 
     def restart(self) -> None:
         """Discard the state; re-draw theta from a data-independent law; restart the clock and the ledger epoch."""
-        R, n = self.spec.domain_radius, self.spec.dim + 1
+        R, n = self.spec.domain_radius, self.spec.n_params
         xi = self.noise.standard_normal(n)
         self.theta = project_l2_ball(xi * (0.5 * R / math.sqrt(n)), R)
         self.epoch_start = self.t

@@ -39,7 +39,7 @@ def ogd_recompute(loss: Loss, schedule: Schedule, radius: float, dim: int, retai
 
     Equals, bit for bit, a fresh run on the masked stream (skipped steps do not update).
     """
-    theta = np.zeros(dim + 1)
+    theta = np.zeros(loss.n_params(dim))
     for steps, X, y in retained.chunks(chunk_size, exclude=exclude):
         if upto is not None:
             keep = steps <= upto
@@ -110,7 +110,7 @@ class RetrainOGD(OGDIterate, Unlearner):
         self.declare_loss(hp)
         self.schedule: Schedule = CappedStronglyConvex(self.mu, self.beta)
         self.chunk_size = CHUNK_SIZE
-        self.theta = np.zeros(spec.dim + 1)
+        self.theta = np.zeros(spec.n_params)
         self.t = 0
         self.n_deletions = 0
         self.epoch = 0

@@ -233,12 +233,12 @@ class RewindToDelete(Unlearner):
         self.initial_size: int = hp["initial_size"]
         self.learn_policy: str = hp["learn_policy"]
         self.calibration: str = hp["calibration"]
-        self.loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp)
+        self.loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp, spec.n_classes)
         self.G, self.Ls, self.mu = self.loss.lipschitz, self.loss.smoothness, self.loss.mu
         self.B, self.C, self.ell0 = _abc_constants(spec, self.loss, self.projected)
         self.eta: float = hp["eta"]
         self.sampler: BatchSampler = sampler if sampler is not None else SecureBatchSampler()
-        self.dim = spec.dim + 1
+        self.dim = spec.n_params
         self._reset_epoch_state()
         self.t = 0
         self.epoch = 0
@@ -317,7 +317,7 @@ class RewindToDelete(Unlearner):
             raise SpecError("calibration 'classical' needs epsilon < 1")
         if spec.loss == "huber":
             hp.setdefault("huber_delta", 1.0)
-        loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp)
+        loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp, spec.n_classes)
         Ls, mu = loss.smoothness, loss.mu
         B, _, _ = _abc_constants(spec, loss, hp["projected"])
         eta_max = _eta_max(hp["regime"], Ls, mu, B, hp["projected"])
@@ -690,6 +690,8 @@ def _abc_constants(spec: ModelSpec, loss: Any, projected: bool) -> tuple[float, 
     y_abs = spec.y_abs * (1.0 + 1e-9)
     if loss.name == "logistic":
         ell0 = math.log(2.0)
+    elif loss.name == "softmax":
+        ell0 = math.log(loss.n_classes)  # lse(0) - 0 (losses.py)
     elif loss.name == "squared":
         ell0 = 0.5 * y_abs**2
     else:
@@ -702,7 +704,7 @@ def _abc_constants(spec: ModelSpec, loss: Any, projected: bool) -> tuple[float, 
         return Ls / mu, 2.0 * Ls * ell0, ell0
     if loss.name == "squared":
         raise SpecError("unprojected SGD with the squared loss needs l2 > 0 (no second-moment bound otherwise)")
-    g_inf = X * (1.0 if loss.name == "logistic" else loss.huber_delta)
+    g_inf = loss.data_grad_bound if loss.name == "softmax" else X * (1.0 if loss.name == "logistic" else loss.huber_delta)
     return 0.0, g_inf**2, ell0
 
 

@@ -20,7 +20,8 @@ time tau, with S the retained set (n records, u included) and S' = S minus u (n'
 
 Certificate (against the exact ERM w* = argmin G on the remaining data, as Sekhari et al.):
   ||z' - w*|| <= Delta = min((M/(2 mu)) (e + m L_B/(mu n'))^2 + (n/n')(beta/mu) e + tol/mu, 2B)
-with M the Hessian-Lipschitz constant of the loss (squared: 0; logistic: X~^3/(6 sqrt 3); Huber: none, refused) and
+with M the Hessian-Lipschitz constant of the loss (squared: 0; logistic: X~^3/(6 sqrt 3); softmax: X~^3/sqrt 2,
+derived in losses.py; Huber: none, refused) and
 L_B the per-example gradient bound on the ball ||w|| <= B.  sigma_i = sqrt(omega i^omega/(2(omega-1) rho)) Delta, so
 the release is (alpha, alpha rho_i)-close (Renyi) to Pi_K(w* + N(0, sigma_i^2 I)), a release that depends on the
 retained data only; later releases are post-processing or later deletions of the same kind, and the omega series
@@ -65,6 +66,8 @@ SOLVE_RTOL = 1e-9
 CACHE_FLOATS = 16_000_000  # 128 MB: covers d = 1000 up to n = 16 000 (measured in docs)
 # sup |sigma''| for the logistic sigmoid: sigma'' = s(1-s)(1-2s), maximal at s = (3 -+ sqrt 3)/6
 LOGISTIC_D3 = 1.0 / (6.0 * math.sqrt(3.0))
+# sup over unit h of |E_p[(h - E_p h)^3]| <= max|h_k - E_p h| Var_p(h) <= sqrt(2) / 2 (losses.py docstring)
+SOFTMAX_D3 = 1.0 / math.sqrt(2.0)
 
 GUARANTEE_WORDS = (
     "From the deletion on, everything the model publishes is statistically almost indistinguishable (Renyi "
@@ -83,6 +86,8 @@ def hessian_lipschitz(loss_name: str, feature_bound: float) -> float:
         return 0.0
     if loss_name == "logistic":
         return LOGISTIC_D3 * feature_bound**3
+    if loss_name == "softmax":  # |D^3 lse| <= 1/sqrt(2) as a symmetric trilinear form (losses.py docstring)
+        return SOFTMAX_D3 * feature_bound**3
     raise SpecError(f"loss {loss_name!r} has no finite Hessian-Lipschitz constant, which second_order_olu's "
                     "Newton-step certificate needs; use loss 'logistic' or 'squared'", fields=("loss",))
 
@@ -150,7 +155,7 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         self._reset(t=0)
 
     def _reset(self, t: int) -> None:
-        self.theta = np.zeros(self.spec.dim + 1)  # data-independent start in K
+        self.theta = np.zeros(self.spec.n_params)  # data-independent start in K
         self.t = t
         self.n_deletions = 0
         self.rho_spent = 0.0
@@ -190,10 +195,10 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         checks.finite("sigma(1)", lambda: eng.noise_multiplier(1) * 2.0 * B, *eps, positive=True)
         mult = checks.finite("noise_multiplier(last)", lambda: eng.noise_multiplier(N_MAX), *eps, positive=True)
         sigma = checks.squared("sigma(last)", mult * 2.0 * B, *eps, *mu_f, positive=True)
-        checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.dim + 1), *eps, "domain_radius")
+        checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.n_params), *eps, "domain_radius")
         # the first deletion's discrete release draws within int64; later ones are refused at runtime once they
         # could not (require_release_feasible in forget)
-        release_checks(checks, eng.noise_multiplier(1), spec.dim + 1, *eps)
+        release_checks(checks, eng.noise_multiplier(1), spec.n_params, *eps)
 
     @classmethod
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
@@ -247,6 +252,10 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         if self.spec.loss == "logistic":
             B = min(math.sqrt(2.0 * math.log(2.0) / mu), X / mu)
             return B, X + mu * B
+        if self.spec.loss == "softmax":  # l_0 = log K, ||mean grad|| <= sqrt(2) X~ (losses.py)
+            G = math.sqrt(2.0) * X
+            B = min(math.sqrt(2.0 * math.log(self.spec.n_classes) / mu), G / mu)
+            return B, G + mu * B
         Y = self.loss.y_abs * (1.0 + 1e-9)
         B = Y / math.sqrt(mu)
         return B, (B * X + Y) * X + mu * B
@@ -290,12 +299,13 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         for _ in range(steps):
             total = np.zeros_like(theta)
             for Xa, y in data.batches(exclude):
-                total += Xa.T @ self.loss.residual(Xa @ theta, y)
+                total += self.loss.grad_sum(theta, Xa, y)
             theta = theta - self.eta_gd * (total / n + self.mu * theta)
         return theta
 
     def curvature(self, scores: np.ndarray) -> np.ndarray:
-        """phi''(score): the per-example Hessian weight (grad^2 l = phi'' x~ x~^T)."""
+        """phi''(score): the per-example Hessian weight (grad^2 l = phi'' x~ x~^T) of the scalar-score losses (softmax
+        curvature is a K x K block per example: ``loss.hessian_parts`` / ``hvp_sum``)."""
         if self.spec.loss == "logistic":
             s = 0.5 * (1.0 + np.tanh(0.5 * scores))
             return s * (1.0 - s)
@@ -304,10 +314,11 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
     def newton_system(self, theta: np.ndarray, data: _Data, exclude: Collection[int], n_after: int):
         """(weights, hvp): the per-chunk curvature at theta and v -> H v for H = grad^2 G(theta) (retained average)."""
         parts = None
+        loss = self.loss
         if data.cache is not None:  # row blocks of ~2 MB, so that both products of an HVP reuse the block from cache
             rows = max(1, HVP_BLOCK_FLOATS // theta.shape[0])
             parts = [(Xa[i:i + rows], w[i:i + rows]) for Xa, w in
-                     ((Xa, self.curvature(Xa @ theta)) for Xa, _ in data.batches(exclude))
+                     ((Xa, loss.hessian_parts(theta, Xa)) for Xa, _ in data.batches(exclude))
                      for i in range(0, len(Xa), rows)]
         mu = self.mu
 
@@ -316,18 +327,18 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
                 yield from parts
             else:
                 for Xa, _ in data.batches(exclude):
-                    yield Xa, self.curvature(Xa @ theta)
+                    yield Xa, loss.hessian_parts(theta, Xa)
 
         def hvp(v: np.ndarray) -> np.ndarray:
             out = np.zeros_like(v)
             for Xa, w in chunks():
-                out += Xa.T @ (w * (Xa @ v))
+                out += loss.hvp_sum(Xa, w, v)
             return out / n_after + mu * v
 
         def dense() -> np.ndarray:
             H = np.zeros((theta.shape[0], theta.shape[0]))
             for Xa, w in chunks():
-                H += (Xa * w[:, None]).T @ Xa
+                H += loss.hessian_sum(Xa, w)
             H /= n_after
             H[np.diag_indices_from(H)] += mu
             return H
@@ -335,7 +346,7 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         return hvp, dense
 
     def use_direct(self) -> bool:
-        return self.solver == "direct" or (self.solver == "auto" and self.spec.dim + 1 <= DIRECT_MAX_PARAMS)
+        return self.solver == "direct" or (self.solver == "auto" and self.spec.n_params <= DIRECT_MAX_PARAMS)
 
     def solve(self, hvp, dense, b: np.ndarray, tol: float) -> tuple[np.ndarray, float, bool]:
         """x with ||H x - b|| <= tol: (x, residual, direct?).  CG (Hestenes-Stiefel) on hvp; if it has not reached
@@ -361,7 +372,7 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         """001 Alg. 3 step 6 with the corrected sign: theta + (1/n') H^{-1} sum_U grad f(theta; u)."""
         g = np.zeros_like(theta)
         for Xa, y in u_batches:
-            g += Xa.T @ self.loss.residual(Xa @ theta, y) + len(y) * self.mu * theta
+            g += self.loss.grad_sum(theta, Xa, y) + len(y) * self.mu * theta
         hvp, dense = self.newton_system(theta, data, exclude, n_after)
         x, r, direct = self.solve(hvp, dense, g / n_after, self.solve_tolerance(m, n_after))
         # Pi_B: projection onto the ball ||w|| <= B holding w*, non-expansive towards it (docs §5)
@@ -373,7 +384,7 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         if not steps:
             return []
         i_last = self.n_deletions + len(steps)
-        require_release_feasible(self.noise_multiplier(i_last), self.spec.dim + 1, i_last)
+        require_release_feasible(self.noise_multiplier(i_last), self.spec.n_params, i_last)
         data = _Data(retained, self.chunk_size)
         tau = self.t
         certs = []
@@ -428,7 +439,7 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         the K gradient-descent steps errs by at most e = C (d + 3) u_64 (R + eta L_B) (release.step_roundoff) and
         the error contracts by gamma_gd per later step, so 2 sum_j gamma_gd^j e (release.roundoff_floor); the
         Newton solve's residual is already in Delta (``solve_term``), its own round-off is one more step's worth."""
-        e = release.step_roundoff(self.spec.dim + 1, self.spec.domain_radius, self.eta_gd * self.L_B)
+        e = release.step_roundoff(self.spec.n_params, self.spec.domain_radius, self.eta_gd * self.L_B)
         return release.roundoff_floor(e, gd_steps + 1, self.gamma_gd)
 
     def retrain(self, retained: RetainedData) -> None:
