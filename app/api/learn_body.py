@@ -35,6 +35,7 @@ class LearnBatch:
     X: Any  # list of lists (per-example shape) or a float64 array (columnar)
     y: Any
     model: Any  # what the idempotency fingerprint is computed from (``model_dump_json``)
+    F: list | None = None  # per example, its feature dictionary or None (per-example shape only)
 
 
 class _ColumnarFingerprint:
@@ -167,7 +168,9 @@ def parse_learn_body(raw: bytes, content_type: str | None) -> LearnBatch:
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in e.errors()]) from None
     ex = body.examples
-    return LearnBatch([e.id for e in ex], [e.x for e in ex], [e.y for e in ex], body)
+    F = [e.features for e in ex]
+    return LearnBatch([e.id for e in ex], [e.x for e in ex], [e.y for e in ex], body,
+                      F if any(f is not None for f in F) else None)
 
 
 def openapi_request_body() -> dict:

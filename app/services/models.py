@@ -21,6 +21,7 @@ from ..db.session import Database
 from ..db.record_batches import Found, RecordBook, lookups_of
 from ..db.tables import LedgerEntry, Model, ModelState, Receipt, Record, RecordBatch, Tenant
 from ..errors import Problem
+from ..features import FeatureError, FeatureSpecError, dense_rows, normalize_spec
 from ..ids import id_pattern, new_id, utcnow
 from ..registry import (ModelRegistry, build_spec, loss_for, published_array, published_bytes, spec_from_json,
                         spec_to_json)
@@ -70,6 +71,19 @@ def spec_problem(e: SpecError) -> Problem:
         detail += f". No value of {field} alone makes this specification valid; change {field} or the fields it is combined with"
     item["msg"] = detail
     return Problem(422, "invalid-model-spec", detail, errors=[item])
+
+
+def feature_problem(e: FeatureError, loc: Sequence) -> Problem:
+    """422 naming the example (``index``) and the field of a refused feature dictionary; never echoes a value."""
+    where = list(loc) + ([e.index] if e.index is not None else [])
+    if e.code in ("features-required", "features-not-declared"):
+        where.append(e.field)
+    elif e.field is not None:
+        where += ["features", e.field]
+    else:
+        where.append("features")
+    return Problem(422, e.code, str(e), index=e.index, field=e.field,
+                   errors=[{"loc": where, "msg": str(e), "type": e.code}])
 
 
 def _chunks(seq: Sequence, n: int = IN_CHUNK) -> Iterable[Sequence]:
@@ -234,7 +248,8 @@ class ModelService:
             "bounds": {"x_norm": spec["x_norm"], "y_abs": spec["y_abs"]},
             "domain_radius": spec["domain_radius"], "l2": spec["l2"],
             "privacy": {"epsilon": spec["epsilon"], "delta": spec["delta"]},
-            "hyperparameters": spec["hyperparameters"], "created_at": row.created_at,
+            "hyperparameters": spec["hyperparameters"], "features": spec.get("features"),
+            "created_at": row.created_at,
             "status": row.status, "step": row.step, "n_records": row.n_records, "n_forgotten": row.n_forgotten,
             "version": row.version, "epoch": row.epoch, "constants": json.loads(row.constants_json),
             "ledger_summary": ledger_summary(ledger, spec),
@@ -243,6 +258,14 @@ class ModelService:
 
     # ---- models ------------------------------------------------------------------------------------------
     def create(self, tenant_id: str, payload: dict[str, Any], guard=None) -> dict[str, Any]:
+        if payload.get("features") is not None:
+            try:
+                payload = {**payload, "features": normalize_spec(payload["features"], payload["dim"])}
+            except FeatureSpecError as e:
+                field = f"features.{e.field}"
+                raise Problem(422, "invalid-model-spec", f"{field}: {e}", errors=[{
+                    "field": field, "pointer": "/" + field.replace(".", "/"), "loc": ["body", *field.split(".")],
+                    "msg": str(e)}]) from None
         try:
             spec = build_spec(payload, max_dim=self.settings.max_dim)
         except SpecError as e:
@@ -364,7 +387,9 @@ class ModelService:
         return receipt
 
     # ---- learn --------------------------------------------------------------------------------------------
-    def learn(self, tenant_id: str, model_id: str, ids: list[str], X: Any, y: Any, guard=None) -> dict[str, Any]:
+    def learn(self, tenant_id: str, model_id: str, ids: list[str], X: Any, y: Any, guard=None,
+              F: list | None = None) -> dict[str, Any]:
+        """Learn ``ids`` with dense rows ``X`` or, per example, feature dictionaries ``F`` (models with a spec)."""
         self._check_batch(len(ids))
         if len(set(ids)) != len(ids):
             seen: set[str] = set()
@@ -375,6 +400,8 @@ class ModelService:
         with self.db.write() as s:
             row = self._locked_row(s, tenant_id, model_id)
             spec = spec_from_json(row.spec_json)
+            if spec.features is not None or F is not None:
+                X = self._encode(spec, X, F, ("body", "examples"))
             if isinstance(X, np.ndarray) and X.ndim == 2:  # columnar bodies arrive as one array
                 bad = None if X.shape[1] == spec.dim else 0
             else:
@@ -542,8 +569,9 @@ class ModelService:
         PostgreSQL reads go over the network and keep the hop."""
         return self.db.is_sqlite and sum(len(row) for row in X) <= self.INLINE_PREDICT_VALUES
 
-    def predict(self, tenant_id: str, model_id: str, X: list[list[float]], inline: bool = False) -> dict[str, Any]:
-        self._check_batch(len(X))
+    def predict(self, tenant_id: str, model_id: str, X: list[list[float]] | None, inline: bool = False,
+                features: list | None = None) -> dict[str, Any]:
+        self._check_batch(len(X) if X is not None else len(features or ()))
         # one prebuilt Core query of the columns a prediction needs
         with (self.db.own_read() if inline else self.db.read_connection()) as conn:
             found = conn.execute(_PREDICT_COLUMNS, {"mid": model_id, "tid": tenant_id}).first()
@@ -560,13 +588,18 @@ class ModelService:
                         f"examples (it has {ledger.get('n_inserts')}); its inference gate is on.")
             theta = published_array(found[2])
             theta.setflags(write=False)  # shared by later requests
-            published = (spec.dim, theta, loss_for(spec), gate)
+            published = (spec.dim, theta, loss_for(spec), gate, spec.features, spec.x_norm)
             if len(self._published) >= 1024:
                 self._published.clear()
             self._published[(model_id, version)] = published
-        dim, theta, loss, gate = published
+        dim, theta, loss, gate, fspec, x_norm = published
         if gate is not None:
             raise Problem(409, "inference-not-ready", gate)
+        if fspec is not None or features is not None:
+            try:
+                X = dense_rows(fspec, x_norm, X, features)
+            except FeatureError as e:
+                raise feature_problem(e, ("body", "features" if features is not None else "x")) from None
         if any(len(row) != dim for row in X):  # ragged rows would make numpy raise (was a 500)
             raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
         Xa = np.asarray(X, dtype=np.float64)
@@ -730,22 +763,39 @@ class ModelService:
     @staticmethod
     def _client_examples(row: _ModelRow, key: bytes, ids: list[str], records: list[_Rec], examples) -> ArrayRetained:
         """The features a client sent to forget records of a model that keeps no data, checked against their MAC."""
-        by_id = {rid: (x, yv) for rid, x, yv in (examples or [])}
+        by_id = {rid: (x, yv, f) for rid, x, yv, f in (examples or [])}
         missing = [rid for rid in ids if rid not in by_id]
         if missing:
             raise Problem(422, "deletion-features-required",
                           f"This model keeps no data: send each forgotten record's x and y in 'examples' "
                           f"(missing {missing[0]!r}).")
         spec = spec_from_json(row.spec_json)
+        X = [by_id[rid][0] for rid in ids]
+        F = [by_id[rid][2] for rid in ids]
+        if spec.features is not None or any(f is not None for f in F):
+            order = {rid: i for i, (rid, *_) in enumerate(examples)}
+            try:
+                X = dense_rows(spec.features, spec.x_norm, X, F)
+            except FeatureError as e:  # name the example by its place in the request
+                e.index = order[ids[e.index]] if e.index is not None else None
+                raise feature_problem(e, ("body", "examples")) from None
         try:
-            X, y = validate_examples(spec, loss_for(spec), [by_id[rid][0] for rid in ids],
-                                     [by_id[rid][1] for rid in ids])
+            X, y = validate_examples(spec, loss_for(spec), X, [by_id[rid][1] for rid in ids])
         except InputError as e:
             raise Problem(422, e.code, str(e), index=e.index) from None
         for rid, rec, xi, yi in zip(ids, records, X, y):
             if rec.example_mac is None or not hmac.compare_digest(rec.example_mac, example_mac(key, xi, yi)):
                 raise Problem(422, "example-mismatch", f"The features sent for {rid!r} are not the ones learned.")
         return ArrayRetained([r.step for r in records], X, y)
+
+    @staticmethod
+    def _encode(spec, X: Any, F: list | None, loc: Sequence) -> Any:
+        """Dense rows of a request for the model's spec: feature dictionaries hashed (app/features.py), the same
+        function at learning, forgetting and prediction; a request of the wrong shape is a 422."""
+        try:
+            return dense_rows(spec.features, spec.x_norm, X, F)
+        except FeatureError as e:
+            raise feature_problem(e, loc) from None
 
     def _check_batch(self, n: int) -> None:
         if n > self.settings.max_batch:

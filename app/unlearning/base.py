@@ -95,6 +95,9 @@ class ModelSpec:
     delta: float
     rho: float  # zCDP budget the (epsilon, delta) target was calibrated to (app.privacy)
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    # the feature-dictionary spec (app/features.py) or None for dense inputs: used by the service to encode
+    # dictionaries into dense vectors before the engine sees them; engines never read it
+    features: Mapping[str, Any] | None = None
 
     def with_hyperparameters(self, hp: Mapping[str, Any]) -> "ModelSpec":
         return ModelSpec(**{**self.__dict__, "hyperparameters": dict(hp)})
