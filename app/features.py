@@ -113,7 +113,7 @@ def _check_name(name: Any, where: str) -> None:
 
 def bucket(token: str, dim: int) -> tuple[int, float]:
     """(bucket, sign) of a token: MurmurHash3 x64 128 under ``SEED``; low 64 bits mod dim, top bit the sign."""
-    h = mmh3.hash128(token.encode("utf-8", "surrogatepass"), SEED, True, False)
+    h = mmh3.hash128(token.encode("utf-8", "surrogatepass"), seed=SEED, x64arch=True, signed=False)
     return (h & _LOW64) % dim, (-1.0 if h >> 127 else 1.0)
 
 

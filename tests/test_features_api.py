@@ -136,14 +136,14 @@ def test_dense_and_dictionary_shapes_are_refused_on_the_wrong_model(tenant):
 
 
 BAD_DICTS = [
-    ("unknown field", {"age": 30, "colour": "red"}, "unknown-feature", "colour"),
+    ("unknown field", {"age": 30, "colour": "vermilion-q7"}, "unknown-feature", "colour"),
     ("numeric out of range", {"age": 121}, "out-of-range-feature", "age"),
     ("numeric below range", {"age": -1}, "out-of-range-feature", "age"),
     ("string in numeric field", {"age": "31"}, "invalid-features", "age"),
     ("number in categorical field", {"country": 33}, "invalid-features", "country"),
     ("list of numbers in categorical", {"tags": [1, 2]}, "validation-error", None),
     ("boolean value", {"age": True}, "validation-error", None),
-    ("nested object", {"country": {"code": "FR"}}, "validation-error", None),
+    ("nested object", {"country": {"code": "FRxq"}}, "validation-error", None),
     ("numeric list", {"age": ["31"]}, "invalid-features", "age"),
 ]
 
