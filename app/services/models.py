@@ -446,7 +446,7 @@ class ModelService:
 
     # ---- unlearn ------------------------------------------------------------------------------------------
     def unlearn(self, tenant_id: str, model_id: str, ids: list[str], guard=None,
-                examples: list[tuple[str, Any, Any]] | None = None) -> dict[str, Any]:
+                examples: list[tuple] | None = None) -> dict[str, Any]:
         self._check_batch(len(ids))
         if len(set(ids)) != len(ids):
             raise Problem(422, "validation-error", "Each record id may appear only once in an unlearn request.")
@@ -763,7 +763,8 @@ class ModelService:
     @staticmethod
     def _client_examples(row: _ModelRow, key: bytes, ids: list[str], records: list[_Rec], examples) -> ArrayRetained:
         """The features a client sent to forget records of a model that keeps no data, checked against their MAC."""
-        by_id = {rid: (x, yv, f) for rid, x, yv, f in (examples or [])}
+        # (id, x, y) or (id, x, y, features): x None when the example was sent as a feature dictionary
+        by_id = {rid: (x, yv, f[0] if f else None) for rid, x, yv, *f in (examples or [])}
         missing = [rid for rid in ids if rid not in by_id]
         if missing:
             raise Problem(422, "deletion-features-required",
@@ -773,7 +774,7 @@ class ModelService:
         X = [by_id[rid][0] for rid in ids]
         F = [by_id[rid][2] for rid in ids]
         if spec.features is not None or any(f is not None for f in F):
-            order = {rid: i for i, (rid, *_) in enumerate(examples)}
+            order = {e[0]: i for i, e in enumerate(examples)}
             try:
                 X = dense_rows(spec.features, spec.x_norm, X, F)
             except FeatureError as e:  # name the example by its place in the request
