@@ -138,8 +138,8 @@ def test_generated_sdk_learns_forgets_and_predicts_with_feature_dictionaries(ser
         pytest.skip("the SDK is generated and exercised once, on the SQLite backend")
     from olu_client.api.models import create_model as sdk_create_model
     from olu_client.api.models import get_model, get_parameters, learn, predict, unlearn
-    from olu_client.models import (Bounds, Example, ExampleFeaturesType0, FeatureSpec, LearnRequest, ModelCreate,
-                                   PredictRequest, PredictRequestFeaturesType0Item, UnlearnRequest)
+    from olu_client.models import (Bounds, Example, FeatureDict, FeatureSpec, LearnRequest, ModelCreate,
+                                   PredictRequest, UnlearnRequest)
     from olu_client.types import Response
 
     model_extra, label = SDK_SCENARIOS[scenario]
@@ -151,14 +151,14 @@ def test_generated_sdk_learns_forgets_and_predicts_with_feature_dictionaries(ser
     rows = [{"age": 20 + 7 * i % 70, "country": ["FR", "DE", "IT"][i % 3], "tags": ["t%d" % (i % 4), "x"]}
             for i in range(20)]
     res = learn.sync(model_id=model.id, client=client, body=LearnRequest(examples=[
-        Example(id=f"f{i}", features=ExampleFeaturesType0.from_dict(row), y=label(row))
+        Example(id=f"f{i}", features=FeatureDict.from_dict(row), y=label(row))
         for i, row in enumerate(rows)]))
     assert res.accepted == 20
     forgotten = unlearn.sync(model_id=model.id, client=client, body=UnlearnRequest(ids=["f4", "f9"]))
     assert len(forgotten.receipts) == 2
     assert get_model.sync(model_id=model.id, client=client).n_forgotten == 2
     pred = predict.sync(model_id=model.id, client=client, body=PredictRequest(
-        features=[PredictRequestFeaturesType0Item.from_dict(r) for r in rows[:3]]))
+        features=[FeatureDict.from_dict(r) for r in rows[:3]]))
     assert len(pred.predictions) == 3 and pred.version == forgotten.version
     # what the SDK sent is what the featurizer encodes: the scores are the published parameters on the encoding
     from app.features import featurize, normalize_spec
@@ -168,5 +168,5 @@ def test_generated_sdk_learns_forgets_and_predicts_with_feature_dictionaries(ser
     assert np.allclose(pred.scores, 1 / (1 + np.exp(-(enc @ np.array(params.weights) + params.bias))))
     # a bad dictionary is a 422 problem through the SDK too, naming the field
     bad: Response = predict.sync_detailed(model_id=model.id, client=client, body=PredictRequest(
-        features=[PredictRequestFeaturesType0Item.from_dict({"age": 101})]))
+        features=[FeatureDict.from_dict({"age": 101})]))
     assert bad.status_code == 422 and json.loads(bad.content)["field"] == "age"

@@ -169,8 +169,11 @@ def parse_learn_body(raw: bytes, content_type: str | None) -> LearnBatch:
         raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in e.errors()]) from None
     ex = body.examples
     F = [e.features for e in ex]
-    return LearnBatch([e.id for e in ex], [e.x for e in ex], [e.y for e in ex], body,
-                      F if any(f is not None for f in F) else None)
+    if any(f is not None for f in F):
+        F = [None if f is None else f.root for f in F]
+    else:
+        F = None
+    return LearnBatch([e.id for e in ex], [e.x for e in ex], [e.y for e in ex], body, F)
 
 
 def openapi_request_body() -> dict:

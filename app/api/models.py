@@ -102,7 +102,8 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer,
                   body: Annotated[UnlearnRequest, Depends(json_body(UnlearnRequest))], idempotency_key: IdemKey = None):
     """Forget records by id. Each forgotten record gets a signed certificate receipt; all-or-nothing."""
     models = get_ctx(request).models
-    examples = [(e.id, e.x, e.y, e.features) for e in body.examples] if body.examples else None
+    examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
+                if body.examples else None)
     return await run_in_threadpool(idempotent.run, request, p.tenant_id, body, UnlearnResponse, 200,
                                    lambda guard: models.unlearn(p.tenant_id, model_id, list(body.ids), guard, examples))
 
@@ -121,12 +122,12 @@ async def predict(model_id: ModelId, request: Request, p: Predictor,
     """Predict with the published parameters: dense vectors `x`, or feature dictionaries `features` for a model
     with a feature spec (encoded exactly as at learning)."""
     models = get_ctx(request).models
-    rows = body.x if body.x is not None else body.features
-    if models.predict_inline(rows):  # small SQLite reads answer on the event loop (no worker-thread hop)
-        return idempotent.json_response(PredictResponse, models.predict(p.tenant_id, model_id, body.x, inline=True,
-                                                                        features=body.features))
+    features = None if body.features is None else [f.root for f in body.features]
+    if models.predict_inline(body.x if features is None else features):  # small SQLite reads answer on the event
+        return idempotent.json_response(PredictResponse, models.predict(  # loop (no worker-thread hop)
+            p.tenant_id, model_id, body.x, inline=True, features=features))
     return await run_in_threadpool(lambda: idempotent.json_response(
-        PredictResponse, models.predict(p.tenant_id, model_id, body.x, features=body.features)))
+        PredictResponse, models.predict(p.tenant_id, model_id, body.x, features=features)))
 
 
 @router.get("/{model_id}/parameters", response_model=Parameters, responses=responses(401, 403, 404))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, model_serializer, model_validator
 
 # SQLite returns naive datetimes even for DateTime(timezone=True) columns: every stored time is UTC, say so
 # (an RFC 3339 date-time needs the offset)
@@ -101,10 +101,13 @@ class PrivacyTarget(Strict):
 FieldName = Annotated[str, Field(min_length=1, max_length=128, pattern=NO_CONTROL)]
 CategoryValue = Annotated[str, Field(max_length=1024)]
 FeatureValue = Finite | CategoryValue | Annotated[list[CategoryValue], Field(max_length=1000)] | None
-FeatureDict = Annotated[dict[str, FeatureValue], Field(max_length=1000, description=(
-    "A feature dictionary: declared numeric fields as numbers, declared categorical fields as a string or a list "
-    "of strings; null or absent fields contribute nothing. Encoded by the model's hashed feature spec."),
-    examples=[{"country": "FR", "age": 31, "tags": ["a", "b"]}])]
+
+
+class FeatureDict(RootModel[Annotated[dict[str, FeatureValue], Field(max_length=1000)]]):
+    """A feature dictionary: declared numeric fields as numbers, declared categorical fields as a string or a list
+    of strings; null or absent fields contribute nothing. Encoded by the model's hashed feature spec."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"country": "FR", "age": 31, "tags": ["a", "b"]}]})
 
 
 class FeatureSpec(Strict):
