@@ -121,18 +121,14 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def featurize(spec: Mapping[str, Any], features: Mapping[str, Any], x_norm: float) -> np.ndarray:
-    """The dense vector (length ``spec["dim"]``, L2 norm <= ``x_norm``) of one feature dictionary."""
+def _tokens(spec: Mapping[str, Any], features: Mapping[str, Any], idx: list[int], val: list[float]) -> None:
+    """Append the (bucket, signed value) of every token of one dictionary, fields in sorted order."""
     if not isinstance(features, Mapping):
         raise FeatureError("features must be an object of field -> value", None)
     D = spec["dim"]
     numeric, categorical = spec["numeric"], spec["categorical"]
-    clip = spec["out_of_range"] == "clip"
-    refuse_unknown = spec["unknown_fields"] == "refuse"
     if len(features) > MAX_FIELDS:
         raise FeatureError(f"at most {MAX_FIELDS} fields per example", None)
-    idx: list[int] = []
-    val: list[float] = []
     for name in sorted(features):
         v = features[name]
         if v is None:
@@ -143,7 +139,7 @@ def featurize(spec: Mapping[str, Any], features: Mapping[str, Any], x_norm: floa
                 raise FeatureError(f"field {name!r} is numeric: send a finite number", name)
             lo, hi = rng
             if not lo <= v <= hi:
-                if not clip:
+                if spec["out_of_range"] != "clip":
                     raise FeatureError(f"field {name!r} is outside its declared range [{lo:g}, {hi:g}]", name,
                                        "out-of-range-feature")
                 v = min(max(v, lo), hi)
@@ -166,33 +162,57 @@ def featurize(spec: Mapping[str, Any], features: Mapping[str, Any], x_norm: floa
                 b, sign = bucket(name + "\x00" + t, D)
                 idx.append(b)
                 val.append(sign)
-        elif refuse_unknown:
+        elif spec["unknown_fields"] == "refuse":
             raise FeatureError(f"field {name!r} is not declared in the model's feature spec", name, "unknown-feature")
-    x = np.bincount(np.asarray(idx, dtype=np.int64), weights=np.asarray(val, dtype=np.float64),
-                    minlength=D) if idx else np.zeros(D)
-    return clip_norm(x, x_norm)
+
+
+def featurize(spec: Mapping[str, Any], features: Mapping[str, Any], x_norm: float) -> np.ndarray:
+    """The dense vector (length ``spec["dim"]``, L2 norm <= ``x_norm``) of one feature dictionary."""
+    return featurize_many(spec, [features], x_norm)[0]
+
+
+def featurize_many(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], x_norm: float) -> np.ndarray:
+    """The (n, dim) matrix of ``rows``, each row exactly ``featurize`` of it; a refusal names the example
+    (``FeatureError.index``) and the field.  One bincount over all rows (row-major flat index), so each bucket
+    sums its tokens in the same (sorted) order whatever the batch."""
+    D = spec["dim"]
+    idx: list[int] = []
+    val: list[float] = []
+    for i, row in enumerate(rows):
+        start = len(idx)
+        try:
+            _tokens(spec, row, idx, val)
+        except FeatureError as e:
+            e.index = i
+            raise
+        if i:
+            off = i * D
+            idx[start:] = [b + off for b in idx[start:]]
+    n = len(rows)
+    if not idx:
+        return np.zeros((n, D))
+    X = np.bincount(np.asarray(idx, dtype=np.int64), weights=np.asarray(val, dtype=np.float64),
+                    minlength=n * D).reshape(n, D)
+    return clip_rows(X, x_norm)
 
 
 def clip_norm(x: np.ndarray, x_norm: float) -> np.ndarray:
     """``x`` scaled down onto the L2 ball of radius ``x_norm`` (unchanged when inside it)."""
-    norm = float(np.linalg.norm(x))
-    if norm > x_norm:
-        x = x * (x_norm / norm)
-        if float(np.linalg.norm(x)) > x_norm:  # rounding: one ulp-scale step further in
-            x = x * (1.0 - 4 * np.finfo(np.float64).eps)
-    return x
+    return clip_rows(x[None, :], x_norm)[0]
 
 
-def featurize_many(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], x_norm: float) -> np.ndarray:
-    """The (n, dim) matrix of ``rows``; a refusal names the example (``FeatureError.index``) and the field."""
-    out = np.empty((len(rows), spec["dim"]), dtype=np.float64)
-    for i, row in enumerate(rows):
-        try:
-            out[i] = featurize(spec, row, x_norm)
-        except FeatureError as e:
-            e.index = i
-            raise
-    return out
+def clip_rows(X: np.ndarray, x_norm: float) -> np.ndarray:
+    """Each row of ``X`` scaled down onto the L2 ball of radius ``x_norm`` (rows inside it unchanged)."""
+    norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+    over = norms > x_norm
+    if over.any():
+        X = X.copy()
+        X[over] *= (x_norm / norms[over])[:, None]
+        norms2 = np.sqrt(np.einsum("ij,ij->i", X, X))
+        again = norms2 > x_norm  # rounding: one ulp-scale step further in
+        if again.any():
+            X[again] *= 1.0 - 4 * np.finfo(np.float64).eps
+    return X
 
 
 def dense_rows(spec: Mapping[str, Any] | None, x_norm: float, X: Sequence[Any] | None,
