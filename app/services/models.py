@@ -73,15 +73,17 @@ def spec_problem(e: SpecError) -> Problem:
     return Problem(422, "invalid-model-spec", detail, errors=[item])
 
 
-def feature_problem(e: FeatureError, loc: Sequence) -> Problem:
-    """422 naming the example (``index``) and the field of a refused feature dictionary; never echoes a value."""
-    where = list(loc) + ([e.index] if e.index is not None else [])
-    if e.code in ("features-required", "features-not-declared"):
-        where.append(e.field)
-    elif e.field is not None:
-        where += ["features", e.field]
+def feature_problem(e: FeatureError, examples: bool) -> Problem:
+    """422 naming the example (``index``) and the field of a refused feature dictionary; never echoes a value.
+    ``examples``: the body holds ``examples: [{x | features}]`` (learn, unlearn), else ``{x: [..]}`` or
+    ``{features: [..]}`` (predict)."""
+    i = [] if e.index is None else [e.index]
+    if e.code in ("features-required", "features-not-declared"):  # e.field is the shape sent: "x" or "features"
+        where = ["body", "examples", *i, e.field] if examples else ["body", e.field, *i]
     else:
-        where.append("features")
+        where = ["body", "examples", *i, "features"] if examples else ["body", "features", *i]
+        if e.field is not None:
+            where.append(e.field)
     return Problem(422, e.code, str(e), index=e.index, field=e.field,
                    errors=[{"loc": where, "msg": str(e), "type": e.code}])
 
@@ -401,7 +403,7 @@ class ModelService:
             row = self._locked_row(s, tenant_id, model_id)
             spec = spec_from_json(row.spec_json)
             if spec.features is not None or F is not None:
-                X = self._encode(spec, X, F, ("body", "examples"))
+                X = self._encode(spec, X, F)
             if isinstance(X, np.ndarray) and X.ndim == 2:  # columnar bodies arrive as one array
                 bad = None if X.shape[1] == spec.dim else 0
             else:
@@ -599,7 +601,7 @@ class ModelService:
             try:
                 X = dense_rows(fspec, x_norm, X, features)
             except FeatureError as e:
-                raise feature_problem(e, ("body", "features" if features is not None else "x")) from None
+                raise feature_problem(e, examples=False) from None
         if any(len(row) != dim for row in X):  # ragged rows would make numpy raise (was a 500)
             raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
         Xa = np.asarray(X, dtype=np.float64)
@@ -768,7 +770,7 @@ class ModelService:
         missing = [rid for rid in ids if rid not in by_id]
         if missing:
             raise Problem(422, "deletion-features-required",
-                          f"This model keeps no data: send each forgotten record's x and y in 'examples' "
+                          f"This model keeps no data: send each forgotten record's x (or features) and y in 'examples' "
                           f"(missing {missing[0]!r}).")
         spec = spec_from_json(row.spec_json)
         X = [by_id[rid][0] for rid in ids]
@@ -779,7 +781,7 @@ class ModelService:
                 X = dense_rows(spec.features, spec.x_norm, X, F)
             except FeatureError as e:  # name the example by its place in the request
                 e.index = order[ids[e.index]] if e.index is not None else None
-                raise feature_problem(e, ("body", "examples")) from None
+                raise feature_problem(e, examples=True) from None
         try:
             X, y = validate_examples(spec, loss_for(spec), X, [by_id[rid][1] for rid in ids])
         except InputError as e:
@@ -790,13 +792,13 @@ class ModelService:
         return ArrayRetained([r.step for r in records], X, y)
 
     @staticmethod
-    def _encode(spec, X: Any, F: list | None, loc: Sequence) -> Any:
+    def _encode(spec, X: Any, F: list | None) -> Any:
         """Dense rows of a request for the model's spec: feature dictionaries hashed (app/features.py), the same
         function at learning, forgetting and prediction; a request of the wrong shape is a 422."""
         try:
             return dense_rows(spec.features, spec.x_norm, X, F)
         except FeatureError as e:
-            raise feature_problem(e, loc) from None
+            raise feature_problem(e, examples=True) from None
 
     def _check_batch(self, n: int) -> None:
         if n > self.settings.max_batch:
