@@ -51,6 +51,7 @@ def _spec_of(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
         domain_radius=float(payload["domain_radius"]), l2=float(payload["l2"]),
         epsilon=float(privacy["epsilon"]), delta=float(privacy["delta"]), rho=rho,
         hyperparameters=dict(payload.get("hyperparameters") or {}), n_classes=n_classes, classes=classes,
+        features=payload.get("features"),  # normalised by the service (app.features.normalize_spec)
     )
     try:
         spec = spec.with_hyperparameters(cls.normalize_hyperparameters(spec))

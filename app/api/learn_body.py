@@ -35,6 +35,7 @@ class LearnBatch:
     X: Any  # list of lists (per-example shape) or a float64 array (columnar)
     y: Any
     model: Any  # what the idempotency fingerprint is computed from (``model_dump_json``)
+    F: list | None = None  # per example, its feature dictionary or None (per-example shape only)
 
 
 class _ColumnarFingerprint:
@@ -167,14 +168,26 @@ def parse_learn_body(raw: bytes, content_type: str | None) -> LearnBatch:
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in e.errors()]) from None
     ex = body.examples
-    return LearnBatch([e.id for e in ex], [e.x for e in ex], [e.y for e in ex], body)
+    F = [e.features for e in ex]
+    if any(f is not None for f in F):
+        F = [None if f is None else f.root for f in F]
+    else:
+        F = None
+    return LearnBatch([e.id for e in ex], [e.x for e in ex], [e.y for e in ex], body, F)
 
 
 def openapi_request_body() -> dict:
-    """The learn requestBody: either shape in JSON, the columnar shape in msgpack."""
+    """The learn requestBody: either shape in JSON; the columnar shape in msgpack, described by the vendor extension
+    ``x-msgpack`` rather than a second ``content`` entry: SDK generators (openapi-python-client) and contract
+    fuzzers only know JSON-family bodies, and a msgpack entry made the generator drop it with a warning."""
     ref = "#/components/schemas/"
     return {"requestBody": {"required": True, "content": {
         "application/json": {"schema": {"oneOf": [{"$ref": ref + "LearnRequest"},
                                                   {"$ref": ref + "LearnColumnarRequest"}]}},
-        "application/msgpack": {"schema": {"$ref": ref + "LearnColumnarRequest"}},
+    }, "x-msgpack": {
+        "mediaTypes": list(MSGPACK_TYPES),
+        "schema": {"$ref": ref + "LearnColumnarRequest"},
+        "description": "The columnar body may also be sent as MessagePack under any of these content types; x and "
+                       "y may then be raw little-endian float64 bytes (x row-major). Dense models only. 415 when "
+                       "the server lacks the msgpack package.",
     }}}

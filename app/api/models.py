@@ -61,14 +61,15 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
                 idempotency_key: IdemKey = None):
     """Learn a batch of examples in order. Record ids must be new to the model; the batch is all-or-nothing.
 
-    Two body shapes: per example `{"examples": [{"id", "x", "y"}]}`, or columnar `{"ids": [..], "x": [[..]],
-    "y": [..]}` (faster to decode; also as `application/msgpack`)."""
+    Two body shapes: per example `{"examples": [{"id", "x", "y"}]}` (or `{"id", "features", "y"}` for a model with
+    a feature spec), or columnar `{"ids": [..], "x": [[..]], "y": [..]}` for dense models (faster to decode; also
+    as `application/msgpack`, see the requestBody's `x-msgpack`)."""
     models = get_ctx(request).models
 
     def work():
         batch = parse_learn_body(raw, request.headers.get("content-type"))
         return idempotent.run(request, p.tenant_id, batch.model, LearnResponse, 200, lambda guard: models.learn(
-            p.tenant_id, model_id, batch.ids, batch.X, batch.y, guard))
+            p.tenant_id, model_id, batch.ids, batch.X, batch.y, guard, batch.F))
 
     return await run_in_threadpool(work)
 
@@ -101,7 +102,8 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer,
                   body: Annotated[UnlearnRequest, Depends(json_body(UnlearnRequest))], idempotency_key: IdemKey = None):
     """Forget records by id. Each forgotten record gets a signed certificate receipt; all-or-nothing."""
     models = get_ctx(request).models
-    examples = [(e.id, e.x, e.y) for e in body.examples] if body.examples else None
+    examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
+                if body.examples else None)
     return await run_in_threadpool(idempotent.run, request, p.tenant_id, body, UnlearnResponse, 200,
                                    lambda guard: models.unlearn(p.tenant_id, model_id, list(body.ids), guard, examples))
 
@@ -117,12 +119,15 @@ def retrain(model_id: ModelId, request: Request, p: Writer, idempotency_key: Ide
              openapi_extra=openapi_body(PredictRequest))
 async def predict(model_id: ModelId, request: Request, p: Predictor,
                   body: Annotated[PredictRequest, Depends(json_body(PredictRequest))]):
-    """Predict with the published parameters."""
+    """Predict with the published parameters: dense vectors `x`, or feature dictionaries `features` for a model
+    with a feature spec (encoded exactly as at learning)."""
     models = get_ctx(request).models
-    if models.predict_inline(body.x):  # small SQLite reads answer on the event loop (no worker-thread hop)
-        return idempotent.json_response(PredictResponse, models.predict(p.tenant_id, model_id, body.x, inline=True))
-    return await run_in_threadpool(
-        lambda: idempotent.json_response(PredictResponse, models.predict(p.tenant_id, model_id, body.x)))
+    features = None if body.features is None else [f.root for f in body.features]
+    if models.predict_inline(body.x if features is None else features):  # small SQLite reads answer on the event
+        return idempotent.json_response(PredictResponse, models.predict(  # loop (no worker-thread hop)
+            p.tenant_id, model_id, body.x, inline=True, features=features))
+    return await run_in_threadpool(lambda: idempotent.json_response(
+        PredictResponse, models.predict(p.tenant_id, model_id, body.x, features=features)))
 
 
 @router.get("/{model_id}/parameters", response_model=Parameters, responses=responses(401, 403, 404))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_serializer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, model_serializer, model_validator
 
 # SQLite returns naive datetimes even for DateTime(timezone=True) columns: every stored time is UTC, say so
 # (an RFC 3339 date-time needs the offset)
@@ -115,6 +115,41 @@ class PrivacyTarget(Strict):
     delta: float = Field(1e-6, ge=1e-300, lt=1, strict=True, description="Target delta (at least 1e-300: log(1/delta) must be finite).")
 
 
+# ---- feature dictionaries (app/features.py) ----------------------------------------------------------------
+FieldName = Annotated[str, Field(min_length=1, max_length=128, pattern=NO_CONTROL)]
+CategoryValue = Annotated[str, Field(max_length=1024)]
+FeatureValue = Finite | CategoryValue | Annotated[list[CategoryValue], Field(max_length=1000)] | None
+
+
+class FeatureDict(RootModel[Annotated[dict[str, FeatureValue], Field(max_length=1000)]]):
+    """A feature dictionary: declared numeric fields as numbers, declared categorical fields as a string or a list
+    of strings; null or absent fields contribute nothing. Encoded by the model's hashed feature spec."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"country": "FR", "age": 31, "tags": ["a", "b"]}]})
+
+
+class FeatureSpec(Strict):
+    """Feature dictionaries hashed into the model's dim buckets (README "Feature dictionaries")."""
+
+    type: Literal["hashed"] = Field(description="hashed: strings and list items hash to signed buckets "
+                                                "(MurmurHash3 x64 128, fixed public seed).")
+    dim: int = Field(ge=1, strict=True, description="Number of buckets: must equal the model's dim.")
+    numeric: dict[FieldName, Annotated[list[Finite], Field(min_length=2, max_length=2)]] = Field(
+        default_factory=dict, description="Numeric fields, each with its declared range [lo, hi] (lo < hi): a value "
+                                          "is scaled to 2 (v - lo) / (hi - lo) - 1, never by statistics of the data.")
+    categorical: list[FieldName] = Field(default_factory=list, max_length=1000, description=(
+        "Categorical fields: each value a string, or a list of strings (one token per item)."))
+    out_of_range: Literal["refuse", "clip"] = Field("refuse", description=(
+        "A numeric value outside its range: refuse (422 out-of-range-feature) or clip it to the range."))
+    unknown_fields: Literal["refuse", "ignore"] = Field("refuse", description=(
+        "A field not declared here: refuse (422 unknown-feature) or ignore it."))
+
+
+class ServedFeatureSpec(FeatureSpec):
+    hash: str = Field(description="The hash function (murmurhash3_x64_128).")
+    seed: int = Field(description="Its fixed public seed.")
+
+
 class ModelCreate(Strict):
     name: str = Field(min_length=1, max_length=200, pattern=NO_CONTROL)
     algorithm: str = Field("passive_olu", description="Model family; see GET /v1/algorithms.")
@@ -130,6 +165,9 @@ class ModelCreate(Strict):
         "loss softmax: the number of classes K (labels 0..K-1); may be omitted when classes is given."))
     classes: list[ClassName] | None = Field(None, min_length=2, max_length=MAX_CLASSES, description=(
         "loss softmax: distinct class names, in label order; learn and predict then also take and give names."))
+    features: FeatureSpec | None = Field(None, description=(
+        "Accept feature dictionaries instead of dense vectors: hashed into dim buckets, then scaled down to "
+        "bounds.x_norm. Absent: examples are dense vectors x."))
 
 
 # The public constants are served as a map {L, beta, mu, D} (API.md).  It is typed as a map of numbers
@@ -174,6 +212,7 @@ class Model(_OmitNone):
     l2: float
     privacy: PrivacyTarget
     hyperparameters: dict[str, Any]
+    features: ServedFeatureSpec | None = None
     created_at: UtcDatetime
     status: Literal["ready", "retrain_required"]
     step: int
@@ -196,13 +235,30 @@ class ModelList(BaseModel):
 # ---- learn / unlearn / predict -------------------------------------------------------------------------
 class Example(Strict):
     id: RecordId
-    x: list[Finite]
+    x: list[Finite] | None = Field(None, description="The feature vector (dense models).")
+    features: FeatureDict | None = Field(None, description="The feature dictionary (models with a feature spec).")
     y: Finite | ClassName = Field(description="The label: 0/1 (logistic), a real target (squared, huber), or a "
                                               "class index 0..K-1 or declared class name (softmax).")
 
 
+ONE_SHAPE = "give exactly one of x (dense models) or features (models with a feature spec)"
+
+
+def _one_shape_each(examples: list[Example] | None) -> None:
+    """Each example carries x or features, not both, not neither (checked once per list: a validator per example
+    cost ~1 us each on the learn path)."""
+    for i, e in enumerate(examples or ()):
+        if (e.x is None) == (e.features is None):
+            raise ValueError(f"examples[{i}]: {ONE_SHAPE}")
+
+
 class LearnRequest(Strict):
     examples: list[Example] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_shape(self):
+        _one_shape_each(self.examples)
+        return self
 
 
 class LearnColumnarRequest(Strict):
@@ -226,6 +282,11 @@ class UnlearnRequest(Strict):
     examples: list[Example] | None = Field(
         None, description="The forgotten records' features and labels, for models that keep no data but need them "
                           "to forget (memory_pair with deletion_features=client); checked against what was learned.")
+
+    @model_validator(mode="after")
+    def _one_shape(self):
+        _one_shape_each(self.examples)
+        return self
 
 
 class Mechanism(BaseModel):
@@ -360,7 +421,16 @@ class RetrainResponse(BaseModel):
 
 
 class PredictRequest(Strict):
-    x: list[list[Finite]] = Field(min_length=1)
+    x: Annotated[list[list[Finite]], Field(min_length=1)] | None = Field(
+        None, description="Feature vectors (dense models).")
+    features: Annotated[list[FeatureDict], Field(min_length=1)] | None = Field(
+        None, description="Feature dictionaries (models with a feature spec).")
+
+    @model_validator(mode="after")
+    def _one_shape(self):
+        if (self.x is None) == (self.features is None):
+            raise ValueError(ONE_SHAPE)
+        return self
 
 
 class PredictResponse(_OmitNone):

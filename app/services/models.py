@@ -21,6 +21,7 @@ from ..db.session import Database
 from ..db.record_batches import Found, RecordBook, lookups_of
 from ..db.tables import LedgerEntry, Model, ModelState, Receipt, Record, RecordBatch, Tenant
 from ..errors import Problem
+from ..features import FeatureError, FeatureSpecError, dense_rows, normalize_spec
 from ..ids import id_pattern, new_id, utcnow
 from ..registry import (ModelRegistry, build_spec, loss_for, published_array, published_bytes, spec_from_json,
                         spec_to_json)
@@ -96,6 +97,21 @@ def spec_problem(e: SpecError) -> Problem:
         detail += f". No value of {field} alone makes this specification valid; change {field} or the fields it is combined with"
     item["msg"] = detail
     return Problem(422, "invalid-model-spec", detail, errors=[item])
+
+
+def feature_problem(e: FeatureError, examples: bool) -> Problem:
+    """422 naming the example (``index``) and the field of a refused feature dictionary; never echoes a value.
+    ``examples``: the body holds ``examples: [{x | features}]`` (learn, unlearn), else ``{x: [..]}`` or
+    ``{features: [..]}`` (predict)."""
+    i = [] if e.index is None else [e.index]
+    if e.code in ("features-required", "features-not-declared"):  # e.field is the shape sent: "x" or "features"
+        where = ["body", "examples", *i, e.field] if examples else ["body", e.field, *i]
+    else:
+        where = ["body", "examples", *i, "features"] if examples else ["body", "features", *i]
+        if e.field is not None:
+            where.append(e.field)
+    return Problem(422, e.code, str(e), index=e.index, field=e.field,
+                   errors=[{"loc": where, "msg": str(e), "type": e.code}])
 
 
 def _chunks(seq: Sequence, n: int = IN_CHUNK) -> Iterable[Sequence]:
@@ -260,7 +276,8 @@ class ModelService:
             "bounds": {"x_norm": spec["x_norm"], "y_abs": spec["y_abs"]},
             "domain_radius": spec["domain_radius"], "l2": spec["l2"],
             "privacy": {"epsilon": spec["epsilon"], "delta": spec["delta"]},
-            "hyperparameters": spec["hyperparameters"], "created_at": row.created_at,
+            "hyperparameters": spec["hyperparameters"], "features": spec.get("features"),
+            "created_at": row.created_at,
             "status": row.status, "step": row.step, "n_records": row.n_records, "n_forgotten": row.n_forgotten,
             "version": row.version, "epoch": row.epoch, "constants": json.loads(row.constants_json),
             "ledger_summary": ledger_summary(ledger, spec),
@@ -270,6 +287,14 @@ class ModelService:
 
     # ---- models ------------------------------------------------------------------------------------------
     def create(self, tenant_id: str, payload: dict[str, Any], guard=None) -> dict[str, Any]:
+        if payload.get("features") is not None:
+            try:
+                payload = {**payload, "features": normalize_spec(payload["features"], payload["dim"])}
+            except FeatureSpecError as e:
+                field = f"features.{e.field}"
+                raise Problem(422, "invalid-model-spec", f"{field}: {e}", errors=[{
+                    "field": field, "pointer": "/" + field.replace(".", "/"), "loc": ["body", *field.split(".")],
+                    "msg": str(e)}]) from None
         try:
             spec = build_spec(payload, max_dim=self.settings.max_dim)
         except SpecError as e:
@@ -391,7 +416,9 @@ class ModelService:
         return receipt
 
     # ---- learn --------------------------------------------------------------------------------------------
-    def learn(self, tenant_id: str, model_id: str, ids: list[str], X: Any, y: Any, guard=None) -> dict[str, Any]:
+    def learn(self, tenant_id: str, model_id: str, ids: list[str], X: Any, y: Any, guard=None,
+              F: list | None = None) -> dict[str, Any]:
+        """Learn ``ids`` with dense rows ``X`` or, per example, feature dictionaries ``F`` (models with a spec)."""
         self._check_batch(len(ids))
         if len(set(ids)) != len(ids):
             seen: set[str] = set()
@@ -402,6 +429,8 @@ class ModelService:
         with self.db.write() as s:
             row = self._locked_row(s, tenant_id, model_id)
             spec = spec_from_json(row.spec_json)
+            if spec.features is not None or F is not None:
+                X = self._encode(spec, X, F)
             if isinstance(X, np.ndarray) and X.ndim == 2:  # columnar bodies arrive as one array
                 bad = None if X.shape[1] == spec.dim else 0
             else:
@@ -446,7 +475,7 @@ class ModelService:
 
     # ---- unlearn ------------------------------------------------------------------------------------------
     def unlearn(self, tenant_id: str, model_id: str, ids: list[str], guard=None,
-                examples: list[tuple[str, Any, Any]] | None = None) -> dict[str, Any]:
+                examples: list[tuple] | None = None) -> dict[str, Any]:
         self._check_batch(len(ids))
         if len(set(ids)) != len(ids):
             raise Problem(422, "validation-error", "Each record id may appear only once in an unlearn request.")
@@ -569,8 +598,9 @@ class ModelService:
         PostgreSQL reads go over the network and keep the hop."""
         return self.db.is_sqlite and sum(len(row) for row in X) <= self.INLINE_PREDICT_VALUES
 
-    def predict(self, tenant_id: str, model_id: str, X: list[list[float]], inline: bool = False) -> dict[str, Any]:
-        self._check_batch(len(X))
+    def predict(self, tenant_id: str, model_id: str, X: list[list[float]] | None, inline: bool = False,
+                features: list | None = None) -> dict[str, Any]:
+        self._check_batch(len(X) if X is not None else len(features or ()))
         # one prebuilt Core query of the columns a prediction needs
         with (self.db.own_read() if inline else self.db.read_connection()) as conn:
             found = conn.execute(_PREDICT_COLUMNS, {"mid": model_id, "tid": tenant_id}).first()
@@ -587,13 +617,18 @@ class ModelService:
                         f"examples (it has {ledger.get('n_inserts')}); its inference gate is on.")
             theta = published_array(found[2])
             theta.setflags(write=False)  # shared by later requests
-            published = (spec.dim, theta, loss_for(spec), gate, spec.classes)
+            published = (spec.dim, theta, loss_for(spec), gate, spec.classes, spec.features, spec.x_norm)
             if len(self._published) >= 1024:
                 self._published.clear()
             self._published[(model_id, version)] = published
-        dim, theta, loss, gate, names = published
+        dim, theta, loss, gate, names, fspec, x_norm = published
         if gate is not None:
             raise Problem(409, "inference-not-ready", gate)
+        if fspec is not None or features is not None:
+            try:
+                X = dense_rows(fspec, x_norm, X, features)
+            except FeatureError as e:
+                raise feature_problem(e, examples=False) from None
         if any(len(row) != dim for row in X):  # ragged rows would make numpy raise (was a 500)
             raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
         Xa = np.asarray(X, dtype=np.float64)
@@ -780,15 +815,25 @@ class ModelService:
     @staticmethod
     def _client_examples(row: _ModelRow, key: bytes, ids: list[str], records: list[_Rec], examples) -> ArrayRetained:
         """The features a client sent to forget records of a model that keeps no data, checked against their MAC."""
-        by_id = {rid: (x, yv) for rid, x, yv in (examples or [])}
+        # (id, x, y) or (id, x, y, features): x None when the example was sent as a feature dictionary
+        by_id = {rid: (x, yv, f[0] if f else None) for rid, x, yv, *f in (examples or [])}
         missing = [rid for rid in ids if rid not in by_id]
         if missing:
             raise Problem(422, "deletion-features-required",
-                          f"This model keeps no data: send each forgotten record's x and y in 'examples' "
+                          f"This model keeps no data: send each forgotten record's x (or features) and y in 'examples' "
                           f"(missing {missing[0]!r}).")
         spec = spec_from_json(row.spec_json)
+        X = [by_id[rid][0] for rid in ids]
+        F = [by_id[rid][2] for rid in ids]
+        if spec.features is not None or any(f is not None for f in F):
+            order = {e[0]: i for i, e in enumerate(examples)}
+            try:
+                X = dense_rows(spec.features, spec.x_norm, X, F)
+            except FeatureError as e:  # name the example by its place in the request
+                e.index = order[ids[e.index]] if e.index is not None else None
+                raise feature_problem(e, examples=True) from None
         try:
-            X, y = validate_examples(spec, loss_for(spec), [by_id[rid][0] for rid in ids],
+            X, y = validate_examples(spec, loss_for(spec), X,
                                      class_indices(spec, [by_id[rid][1] for rid in ids]))
         except InputError as e:
             raise Problem(422, e.code, str(e), index=e.index) from None
@@ -796,6 +841,15 @@ class ModelService:
             if rec.example_mac is None or not hmac.compare_digest(rec.example_mac, example_mac(key, xi, yi)):
                 raise Problem(422, "example-mismatch", f"The features sent for {rid!r} are not the ones learned.")
         return ArrayRetained([r.step for r in records], X, y)
+
+    @staticmethod
+    def _encode(spec, X: Any, F: list | None) -> Any:
+        """Dense rows of a request for the model's spec: feature dictionaries hashed (app/features.py), the same
+        function at learning, forgetting and prediction; a request of the wrong shape is a 422."""
+        try:
+            return dense_rows(spec.features, spec.x_norm, X, F)
+        except FeatureError as e:
+            raise feature_problem(e, examples=True) from None
 
     def _check_batch(self, n: int) -> None:
         if n > self.settings.max_batch:

@@ -95,6 +95,9 @@ class ModelSpec:
     delta: float
     rho: float  # zCDP budget the (epsilon, delta) target was calibrated to (app.privacy)
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    # the feature-dictionary spec (app/features.py) or None for dense inputs: used by the service to encode
+    # dictionaries into dense vectors before the engine sees them; engines never read it
+    features: Mapping[str, Any] | None = None
     # loss "softmax" only: the number of classes K, and optionally their names (labels are indices 0..K-1)
     n_classes: int = 0
     classes: tuple[str, ...] | None = None

@@ -1,0 +1,236 @@
+"""Feature dictionaries -> dense vectors: the hashing featurizer of models declared with ``features: {"type":
+"hashed", ...}``.
+
+A pure, deterministic function of (the model's stored feature spec, one dictionary, the declared ``x_norm``):
+no state, no statistics of the data, nothing stored.  The service calls it wherever a dictionary enters (learn,
+predict, client-sent deletion features), so learning, forgetting and replay see the very same dense vector; the
+engine only ever sees that vector (app/unlearning stays numpy).
+
+The encoding (the "hashing trick" of Weinberger et al. 2009, as in Vowpal Wabbit and scikit-learn's
+FeatureHasher):
+
+- a token is hashed with MurmurHash3 x64 128-bit (``mmh3``) under the fixed public seed ``SEED``; its low 64 bits
+  modulo ``dim`` give the bucket, its top bit the sign (+1 or -1), so collisions cancel in expectation;
+- a categorical field ``f`` with string value ``v`` is the token ``f NUL v`` with value 1; a list of strings adds
+  one such token per item (a multiset: an item given twice counts twice);
+- a numeric field ``f`` declared with range [lo, hi] is the token ``f`` (no NUL: a field name never holds one, so
+  numeric and categorical tokens never coincide) with value 2 (v - lo) / (hi - lo) - 1, in [-1, 1]; a value
+  outside [lo, hi] is refused (``out_of_range: "refuse"``, the default) or clipped to it (``"clip"``);
+- a field the spec does not declare is refused (``unknown_fields: "refuse"``, the default) or ignored
+  (``"ignore"``); a declared field that is absent (or null) contributes nothing;
+- the sum is then scaled down, if needed, to the declared L2 bound ``x_norm`` (never scaled up), so every vector
+  the engine receives satisfies the bound its certificates assume.
+
+Fields are visited in sorted order and list items sorted, so the vector does not depend on the order of the
+dictionary's keys or of a list's items (floating-point sums included).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+import mmh3
+import numpy as np
+
+HASH = "murmurhash3_x64_128"
+SEED = 0x4F4C55  # fixed and public ("OLU"): the same token lands in the same bucket on every server, forever
+_LOW64 = (1 << 64) - 1
+MAX_STRING = 1024      # longest categorical value (characters)
+MAX_LIST = 1000        # most items in one list field
+MAX_FIELDS = 1000      # most declared fields, and most fields in one dictionary
+MAX_FIELD_NAME = 128   # longest field name
+OUT_OF_RANGE = ("refuse", "clip")
+UNKNOWN_FIELDS = ("refuse", "ignore")
+
+
+class FeatureError(ValueError):
+    """A dictionary the spec refuses: ``field`` names the field, ``code`` the problem type, ``index`` the example."""
+
+    def __init__(self, message: str, field: str | None, code: str = "invalid-features", index: int | None = None):
+        super().__init__(message)
+        self.field, self.code, self.index = field, code, index
+
+
+class FeatureSpecError(ValueError):
+    """A feature spec refused at model creation; ``field`` is its path inside the spec (e.g. ``numeric.age``)."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
+def normalize_spec(raw: Mapping[str, Any], dim: int) -> dict[str, Any]:
+    """The stored (and served) feature spec with every default filled in; refuses what cannot be encoded.
+
+    ``raw`` is the creation payload's ``features`` (its types already checked by the API schema); ``dim`` the
+    model's dimension, which the hashed dimension must equal."""
+    if raw.get("type") != "hashed":
+        raise FeatureSpecError("type must be 'hashed'", "type")
+    D = raw.get("dim", dim)
+    if not isinstance(D, int) or isinstance(D, bool) or D < 1:
+        raise FeatureSpecError("dim must be a positive integer", "dim")
+    if D != dim:
+        raise FeatureSpecError(f"dim ({D}) must equal the model's dim ({dim}): the hashed vector is the model's "
+                               "feature vector", "dim")
+    numeric: dict[str, list[float]] = {}
+    for name, rng in (raw.get("numeric") or {}).items():
+        _check_name(name, f"numeric.{name}")
+        if len(rng) != 2:
+            raise FeatureSpecError("a numeric range is [lo, hi]", f"numeric.{name}")
+        lo, hi = float(rng[0]), float(rng[1])
+        if not (math.isfinite(lo) and math.isfinite(hi)) or not lo < hi:
+            raise FeatureSpecError(f"the range of {name!r} must be finite numbers with lo < hi", f"numeric.{name}")
+        if not math.isfinite(hi - lo):
+            raise FeatureSpecError(f"the range of {name!r} is too wide (hi - lo overflows)", f"numeric.{name}")
+        numeric[name] = [lo, hi]
+    categorical = list(raw.get("categorical") or [])
+    for name in categorical:
+        _check_name(name, "categorical")
+        if name in numeric:
+            raise FeatureSpecError(f"field {name!r} is declared both numeric and categorical", "categorical")
+    if len(set(categorical)) != len(categorical):
+        raise FeatureSpecError("a categorical field is declared twice", "categorical")
+    if not numeric and not categorical:
+        raise FeatureSpecError("declare at least one numeric or categorical field", "numeric")
+    if len(numeric) + len(categorical) > MAX_FIELDS:
+        raise FeatureSpecError(f"at most {MAX_FIELDS} fields", "numeric")
+    out_of_range = raw.get("out_of_range", "refuse")
+    if out_of_range not in OUT_OF_RANGE:
+        raise FeatureSpecError(f"out_of_range must be one of {OUT_OF_RANGE}", "out_of_range")
+    unknown = raw.get("unknown_fields", "refuse")
+    if unknown not in UNKNOWN_FIELDS:
+        raise FeatureSpecError(f"unknown_fields must be one of {UNKNOWN_FIELDS}", "unknown_fields")
+    return {"type": "hashed", "dim": D, "numeric": dict(sorted(numeric.items())), "categorical": sorted(categorical),
+            "out_of_range": out_of_range, "unknown_fields": unknown, "hash": HASH, "seed": SEED}
+
+
+def _check_name(name: Any, where: str) -> None:
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_FIELD_NAME or any(
+            ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
+        raise FeatureSpecError(f"field names are 1 to {MAX_FIELD_NAME} characters without control characters",
+                               where)
+
+
+def bucket(token: str, dim: int) -> tuple[int, float]:
+    """(bucket, sign) of a token: MurmurHash3 x64 128 under ``SEED``; low 64 bits mod dim, top bit the sign."""
+    h = mmh3.hash128(token.encode("utf-8", "surrogatepass"), seed=SEED, x64arch=True, signed=False)
+    return (h & _LOW64) % dim, (-1.0 if h >> 127 else 1.0)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _tokens(spec: Mapping[str, Any], features: Mapping[str, Any], idx: list[int], val: list[float]) -> None:
+    """Append the (bucket, signed value) of every token of one dictionary, fields in sorted order."""
+    if not isinstance(features, Mapping):
+        raise FeatureError("features must be an object of field -> value", None)
+    D = spec["dim"]
+    numeric, categorical = spec["numeric"], spec["categorical"]
+    if len(features) > MAX_FIELDS:
+        raise FeatureError(f"at most {MAX_FIELDS} fields per example", None)
+    for name in sorted(features):
+        v = features[name]
+        if v is None:
+            continue
+        rng = numeric.get(name)
+        if rng is not None:
+            if not _is_number(v) or not math.isfinite(v):
+                raise FeatureError(f"field {name!r} is numeric: send a finite number", name)
+            lo, hi = rng
+            if not lo <= v <= hi:
+                if spec["out_of_range"] != "clip":
+                    raise FeatureError(f"field {name!r} is outside its declared range [{lo:g}, {hi:g}]", name,
+                                       "out-of-range-feature")
+                v = min(max(v, lo), hi)
+            s = min(1.0, max(-1.0, 2.0 * ((float(v) - lo) / (hi - lo)) - 1.0))
+            b, sign = bucket(name, D)
+            idx.append(b)
+            val.append(sign * s)
+        elif name in categorical:
+            if isinstance(v, str):
+                items: Iterable[str] = (v,)
+            elif isinstance(v, list) and all(isinstance(t, str) for t in v):
+                if len(v) > MAX_LIST:
+                    raise FeatureError(f"field {name!r} holds more than {MAX_LIST} items", name)
+                items = sorted(v)
+            else:
+                raise FeatureError(f"field {name!r} is categorical: send a string or a list of strings", name)
+            for t in items:
+                if len(t) > MAX_STRING:
+                    raise FeatureError(f"a value of field {name!r} is longer than {MAX_STRING} characters", name)
+                b, sign = bucket(name + "\x00" + t, D)
+                idx.append(b)
+                val.append(sign)
+        elif spec["unknown_fields"] == "refuse":
+            raise FeatureError(f"field {name!r} is not declared in the model's feature spec", name, "unknown-feature")
+
+
+def featurize(spec: Mapping[str, Any], features: Mapping[str, Any], x_norm: float) -> np.ndarray:
+    """The dense vector (length ``spec["dim"]``, L2 norm <= ``x_norm``) of one feature dictionary."""
+    return featurize_many(spec, [features], x_norm)[0]
+
+
+def featurize_many(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], x_norm: float) -> np.ndarray:
+    """The (n, dim) matrix of ``rows``, each row exactly ``featurize`` of it; a refusal names the example
+    (``FeatureError.index``) and the field.  One bincount over all rows (row-major flat index), so each bucket
+    sums its tokens in the same (sorted) order whatever the batch."""
+    D = spec["dim"]
+    idx: list[int] = []
+    val: list[float] = []
+    for i, row in enumerate(rows):
+        start = len(idx)
+        try:
+            _tokens(spec, row, idx, val)
+        except FeatureError as e:
+            e.index = i
+            raise
+        if i:
+            off = i * D
+            idx[start:] = [b + off for b in idx[start:]]
+    n = len(rows)
+    if not idx:
+        return np.zeros((n, D))
+    X = np.bincount(np.asarray(idx, dtype=np.int64), weights=np.asarray(val, dtype=np.float64),
+                    minlength=n * D).reshape(n, D)
+    return clip_rows(X, x_norm)
+
+
+def clip_norm(x: np.ndarray, x_norm: float) -> np.ndarray:
+    """``x`` scaled down onto the L2 ball of radius ``x_norm`` (unchanged when inside it)."""
+    return clip_rows(x[None, :], x_norm)[0]
+
+
+def clip_rows(X: np.ndarray, x_norm: float) -> np.ndarray:
+    """Each row of ``X`` scaled down onto the L2 ball of radius ``x_norm`` (rows inside it unchanged)."""
+    norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+    over = norms > x_norm
+    if over.any():
+        X = X.copy()
+        X[over] *= (x_norm / norms[over])[:, None]
+        norms2 = np.sqrt(np.einsum("ij,ij->i", X, X))
+        again = norms2 > x_norm  # rounding: one ulp-scale step further in
+        if again.any():
+            X[again] *= 1.0 - 4 * np.finfo(np.float64).eps
+    return X
+
+
+def dense_rows(spec: Mapping[str, Any] | None, x_norm: float, X: Sequence[Any] | None,
+               F: Sequence[Mapping[str, Any] | None] | None) -> Any:
+    """The feature vectors of a request whose examples each carry a dense ``x`` (``X[i]``) or a dictionary
+    (``F[i]``), for a model with feature spec ``spec`` (None: a dense model).  A hashed model takes dictionaries
+    only (``features-required``); a dense model, dense vectors only (``features-not-declared``).  Dense vectors
+    are returned as given (the caller's checks apply), dictionaries featurized."""
+    n = len(X) if X is not None else len(F or ())
+    has_f = F is not None and any(f is not None for f in F)
+    if spec is None:
+        if has_f:
+            i = next(i for i, f in enumerate(F) if f is not None)
+            raise FeatureError("this model declares no feature dictionaries: send a dense 'x'", "features",
+                               "features-not-declared", i)
+        return X
+    missing = next((i for i in range(n) if F is None or F[i] is None), None)
+    if missing is not None:
+        raise FeatureError("this model takes feature dictionaries: send 'features', not 'x'", "x",
+                           "features-required", missing)
+    return featurize_many(spec, F, x_norm)
