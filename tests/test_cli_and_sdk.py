@@ -129,7 +129,33 @@ def test_generated_sdk_drives_the_service(server, sdk):
 # Feature dictionaries through the SDK.  To extend with multi-class labels (issue 16 item 1), add the model's
 # loss/classes to MODEL_EXTRA and a label function to LABEL: the rest of the scenario is shared.
 FEATURE_SPEC = {"type": "hashed", "dim": 32, "numeric": {"age": [0, 100]}, "categorical": ["country", "tags"]}
-SDK_SCENARIOS = {"binary": ({}, lambda row: float(row["age"] > 50))}
+TEN_CLASSES = [f"c{k}" for k in range(10)]
+
+
+def _binary_scores(enc, params):
+    return 1 / (1 + np.exp(-(enc @ np.array(params.weights) + params.bias)))
+
+
+def _softmax_probabilities(enc, params):
+    K, width = params.shape
+    W = np.array(params.weights).reshape(K, width)
+    z = enc @ W[:, :-1].T + W[:, -1]
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
+
+
+# name -> (extra model fields, label of a row, check of the prediction against the published parameters)
+SDK_SCENARIOS = {
+    "binary": ({}, lambda row: float(row["age"] > 50),
+               lambda pred, enc, params: np.allclose(pred.scores, _binary_scores(enc, params))),
+    # a 10-class softmax model with declared class names, over hashed feature dictionaries (issue 16 "done when")
+    "ten_classes": ({"loss": "softmax", "classes": TEN_CLASSES}, lambda row: TEN_CLASSES[row["age"] % 10],
+                    lambda pred, enc, params: (
+                        np.allclose(pred.probabilities, _softmax_probabilities(enc, params))
+                        and pred.classes == [TEN_CLASSES[k] for k in
+                                             _softmax_probabilities(enc, params).argmax(axis=1)]
+                        and params.shape == [10, 33])),
+}
 
 
 @pytest.mark.parametrize("scenario", sorted(SDK_SCENARIOS))
@@ -142,7 +168,7 @@ def test_generated_sdk_learns_forgets_and_predicts_with_feature_dictionaries(ser
                                    PredictRequest, UnlearnRequest)
     from olu_client.types import Response
 
-    model_extra, label = SDK_SCENARIOS[scenario]
+    model_extra, label, agrees = SDK_SCENARIOS[scenario]
     client = _sdk_tenant(sdk, server, "sdk-features")
     model = sdk_create_model.sync(client=client, body=ModelCreate.from_dict({
         "name": "sdk-hashed", "dim": 32, "bounds": Bounds(x_norm=2.0).to_dict(),
@@ -165,7 +191,7 @@ def test_generated_sdk_learns_forgets_and_predicts_with_feature_dictionaries(ser
 
     params = get_parameters.sync(model_id=model.id, client=client)
     enc = np.array([featurize(normalize_spec(FEATURE_SPEC, 32), r, 2.0) for r in rows[:3]])
-    assert np.allclose(pred.scores, 1 / (1 + np.exp(-(enc @ np.array(params.weights) + params.bias))))
+    assert agrees(pred, enc, params)
     # a bad dictionary is a 422 problem through the SDK too, naming the field
     bad: Response = predict.sync_detailed(model_id=model.id, client=client, body=PredictRequest(
         features=[FeatureDict.from_dict({"age": 101})]))
