@@ -16,7 +16,7 @@ def test_accuracy_section_at_tiny_size(tmp_path):
     entry = next(e for e in A.DATASETS if e.name == "breast-cancer")
     r = A.run_dataset(entry, quick=True, families=["passive_olu", "retrain"], seeds=1)
     n = r["n_train"]
-    assert r["forgets"] == {"1%": max(1, round(0.01 * n)), "10%": max(1, round(0.1 * n))}
+    assert r["forgets"] == {"1 record": 1, "1%": max(1, round(0.01 * n)), "10%": max(1, round(0.1 * n))}
     refs, fams = r["references"], r["families"]
     assert set(refs) == {"exact retrain", "river single pass", "batch optimum (sklearn)"}
     for row in [*refs.values(), *({c: v[c]["mean"] for c in A.COLUMNS} for v in fams.values())]:
@@ -30,7 +30,7 @@ def test_accuracy_section_at_tiny_size(tmp_path):
         assert abs(fams["retrain"][c]["mean"] - refs["exact retrain"][c]) <= 0.05, c
     out = {"epsilon": A.EPSILON, "delta": A.DELTA, "rho": A.RHO, "batch": A.BATCH, "skipped": {},
            "datasets": {"breast-cancer": r}}
-    out["targets"] = A.targets(out, {"end 10%": "retrain"})
+    out["targets"] = A.targets(out, {"keep data": {"end 10%": "retrain"}})
     assert [t["met"] for t in out["targets"]] == [True, True]
     lines = A.table(out)
     assert any(line.strip().startswith("retrain ") for line in lines)
