@@ -216,7 +216,7 @@ def demo(server: str = typer.Option("http://127.0.0.1:8000", help="a running ser
         exact = accuracy(ref)
         typer.echo(f"held-out accuracy: {before:.3f} before, {after:.3f} after forgetting {forget} records")
         typer.echo(f"exact retrain on the remaining {n_train - forget} records: {exact:.3f} "
-                   f"(forgetting cost {exact - after:+.3f} against it)")
+                   f"(model minus retrain: {after - exact:+.3f})")
         if receipts:
             r0 = receipts[0]
             typer.echo(f"first receipt {r0['id']}: mechanism={r0['mechanism']['type']}, "
