@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn")
-pytest.importorskip("river")
+pytest.importorskip("sklearn")  # the data sets (test extra); river (bench extra) is optional: its column is None
 
 from bench import accuracy as A  # noqa: E402
 from app.unlearning.losses import LOSSES  # noqa: E402
@@ -20,7 +19,8 @@ def test_accuracy_section_at_tiny_size(tmp_path):
     refs, fams = r["references"], r["families"]
     assert set(refs) == {"exact retrain", "river single pass", "batch optimum (sklearn)"}
     for row in [*refs.values(), *({c: v[c]["mean"] for c in A.COLUMNS} for v in fams.values())]:
-        assert all(0.0 <= row[c] <= 1.0 for c in A.COLUMNS)
+        assert all(row[c] is None or 0.0 <= row[c] <= 1.0 for c in A.COLUMNS)
+    assert refs["exact retrain"]["before"] is not None and refs["batch optimum (sklearn)"]["before"] is not None
     # before any forget, passive OLU is the exact retrain's OGD (same schedule, no noise yet): same accuracy
     assert fams["passive_olu"]["before"]["mean"] == refs["exact retrain"]["before"]
     assert fams["passive_olu"]["mechanisms"] == ["discrete_gaussian"] and fams["passive_olu"]["sigma_mean"] > 0
@@ -31,7 +31,8 @@ def test_accuracy_section_at_tiny_size(tmp_path):
     out = {"epsilon": A.EPSILON, "delta": A.DELTA, "rho": A.RHO, "batch": A.BATCH, "skipped": {},
            "datasets": {"breast-cancer": r}}
     out["targets"] = A.targets(out, {"keep data": {"end 10%": "retrain"}})
-    assert [t["met"] for t in out["targets"]] == [True, True]
+    has_river = refs["river single pass"]["before"] is not None
+    assert [t["met"] for t in out["targets"]] == [True] * (2 if has_river else 1)
     lines = A.table(out)
     assert any(line.strip().startswith("retrain ") for line in lines)
     made = A.write_docs(out, tmp_path)
