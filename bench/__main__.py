@@ -6,7 +6,9 @@ summary plots to ``docs/``).  Nothing here is asserted by the tests; numbers dep
 Sections: engine (learn throughput vs river and a numpy loop), http (service ingest and latency vs a bare FastAPI
 endpoint), forget (forget(1) vs retraining as the stream grows, every family), memory (state blob, resident engine,
 database bytes per example), profiles (pyinstrument/py-spy evidence for the misses), noise (17 exact discrete
-Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)).
+Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)), accuracy (held-out accuracy before
+and after forgetting 1 record, 1 % and 10 % of the stream, every family, beside the exact retrain and river's single
+pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy.py).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from .common import fmt_rate, fmt_time, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise")
+SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "accuracy")
+DEFAULT_SECTIONS = SECTIONS[:-1]  # the performance sections; accuracy runs when named
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
@@ -211,7 +214,8 @@ def plots(res: dict, out: Path) -> list[Path]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                    help=f"comma-separated subset of {','.join(SECTIONS)} (default: all but accuracy)")
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute or two")
     ap.add_argument("--backends", default="sqlite,postgresql", help="databases for the http and memory sections")
     ap.add_argument("--profile", action="store_true", help="record the service with py-spy during the http section")
@@ -245,6 +249,17 @@ def main(argv=None) -> None:
             from . import noise
             res["noise"] = noise.run(a.quick)
             print("\n".join(_noise_table(res["noise"])))
+        elif name == "accuracy":
+            from . import accuracy
+            res["accuracy"] = accuracy.run(a.quick)
+            print("\n".join(accuracy.table(res["accuracy"])))
+            res["accuracy"]["targets"] = accuracy.targets(res["accuracy"], accuracy.RECOMMENDED)
+            for t in res["accuracy"]["targets"]:
+                mark = {True: "MET", False: "MISSED", None: "n/a"}[t["met"]]
+                print(f"  [{mark:>6}] {t['dataset']}: {t['target']}: measured {t['measured']}, reference {t['reference']}")
+            # a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; --quick only with --docs
+            made_acc = accuracy.write_docs(res["accuracy"], a.out, ROOT / "docs" if a.docs or not a.quick else None)
+            print("wrote " + ", ".join(str(p) for p in made_acc))
         elif name == "memory":
             from . import memory
             res["memory"] = memory.run(a.quick, backends)

@@ -78,7 +78,7 @@ class P13Step(ActiveOLU):
 # ---- hyperparameters, state ----------------------------------------------------------------------
 def test_defaults_and_validation():
     e = ActiveOLU(ModelSpec("active_olu", "logistic", 2, 1.0, 1.0, 1.0, 0.1, 1.0, 1e-6, RHO, {}))
-    assert e.hp == {"variant": "single", "schedule": "strongly_convex_capped", "omega": 1.2, "max_gd_steps": 2000}
+    assert e.hp == {"variant": "two_phase", "schedule": "strongly_convex_capped", "omega": 1.2, "max_gd_steps": 2000}
     assert e.needs_retained_data and e.supports_retrain
     for bad in ({"variant": "x"}, {"omega": 1.0}, {"max_gd_steps": -1}, {"max_gd_steps": 1.5}, {"foo": 1}):
         with pytest.raises(SpecError):

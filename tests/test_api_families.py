@@ -12,7 +12,7 @@ FAMILIES = [
     ("passive_olu", {"schedule": "convex_constant", "allocation": "uniform", "max_deletions": 3}),
     ("passive_olu_restart", {"horizon": 1000, "max_deletions": 10}),
     ("active_olu", {}),
-    ("active_olu", {"variant": "two_phase"}),
+    ("active_olu", {"variant": "single"}),
     ("second_order_olu", {}),
     ("second_order_olu", {"solver": "cg"}),
     ("retrain", {}),

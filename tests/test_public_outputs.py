@@ -40,7 +40,7 @@ FAMILIES = [
     ("passive_olu_restart", {"horizon": 1000, "max_deletions": 10}, False),
     ("passive_olu_restart", {"horizon": 1000, "max_deletions": 1}, True),  # 2nd forget: exact restart
     ("active_olu", {}, False),
-    ("active_olu", {"variant": "two_phase"}, False),
+    ("active_olu", {"variant": "single"}, False),
     ("retrain", {}, True),
     ("descent_to_delete", {}, False),
     ("descent_to_delete", {"variant": "perfect"}, False),

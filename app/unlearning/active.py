@@ -3,11 +3,11 @@
 Two variants (hyperparameter ``variant``), both on a mu-strongly convex, beta-smooth regularised loss, with
 GD step eta_gd = 2/(beta+mu) whose contraction really is gamma = (beta-mu)/(beta+mu) (pitfall P13):
 
-``single`` (default; paper 000 Algorithm 2, digest §2.7)
+``single`` (paper 000 Algorithm 2, digest §2.7)
     I_i steps of projected GD on ONE retained *anchor* example: the first retained example of the current block
     (tau_{i-1}, tau_i] other than the one being forgotten.  I_i is App. C.1's
     ceil((omega log i + 2 log tau + 2 log L) / (2 log(1/gamma))), capped by ``max_gd_steps``.
-``two_phase`` (derived from paper 001 Algorithm 2, digest §2.6 and §5.2)
+``two_phase`` (default since issue 16, docs/accuracy.md; derived from paper 001 Algorithm 2, digest §2.6, §5.2)
     I_1 + I_2 steps of projected GD on the *average* loss of the retained examples (phase 1 runs on retained
     data only, so it coincides with phase 2 and the A_j term is 0), I_1 = ceil(log(mu D tau / L)/log(1/gamma)),
     I_2 = ceil((1 + omega) log(i)/log(1/gamma)) (the paper's 2.2 log k with omega = 1.2 and k -> i, since k is
@@ -143,7 +143,9 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         unknown = set(hp) - {"variant", "schedule", "omega", "max_gd_steps", "huber_delta"}
         if unknown:
             raise SpecError(f"unknown hyperparameters for {cls.algorithm}: {', '.join(sorted(unknown))}")
-        hp.setdefault("variant", "single")
+        # two_phase by default (issue 16, docs/accuracy.md): on real data it keeps the accuracy of the exact retrain
+        # where single collapses (its GD phase on ONE anchor pulls the model to that example's minimiser, regret.md)
+        hp.setdefault("variant", "two_phase")
         if hp["variant"] not in VARIANTS:
             raise SpecError(f"variant must be one of {', '.join(VARIANTS)}")
         normalize_descent_hyperparameters(hp)

@@ -1,0 +1,60 @@
+"""Smoke test of the accuracy section of the benchmark (bench/accuracy.py) at tiny size: its plumbing, not its
+numbers (those are docs/accuracy.md)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn")  # the data sets (test extra); river (bench extra) is optional: its column is None
+
+from bench import accuracy as A  # noqa: E402
+from app.unlearning.losses import LOSSES  # noqa: E402
+
+
+def test_accuracy_section_at_tiny_size(tmp_path):
+    entry = next(e for e in A.DATASETS if e.name == "breast-cancer")
+    r = A.run_dataset(entry, quick=True, families=["passive_olu", "retrain"], seeds=1)
+    n = r["n_train"]
+    assert r["forgets"] == {"1 record": 1, "1%": max(1, round(0.01 * n)), "10%": max(1, round(0.1 * n))}
+    refs, fams = r["references"], r["families"]
+    assert set(refs) == {"exact retrain", "river single pass", "batch optimum (sklearn)"}
+    for row in [*refs.values(), *({c: v[c]["mean"] for c in A.COLUMNS} for v in fams.values())]:
+        assert all(row[c] is None or 0.0 <= row[c] <= 1.0 for c in A.COLUMNS)
+    assert refs["exact retrain"]["before"] is not None and refs["batch optimum (sklearn)"]["before"] is not None
+    # before any forget, passive OLU is the exact retrain's OGD (same schedule, no noise yet): same accuracy
+    assert fams["passive_olu"]["before"]["mean"] == refs["exact retrain"]["before"]
+    assert fams["passive_olu"]["mechanisms"] == ["discrete_gaussian"] and fams["passive_olu"]["sigma_mean"] > 0
+    # the retrain family forgets exactly: no noise, and it stays with a fresh retrain on the remaining records
+    assert fams["retrain"]["mechanisms"] == ["exact"] and fams["retrain"]["sigma_mean"] == 0.0
+    for c in A.COLUMNS:
+        assert abs(fams["retrain"][c]["mean"] - refs["exact retrain"][c]) <= 0.05, c
+    out = {"epsilon": A.EPSILON, "delta": A.DELTA, "rho": A.RHO, "batch": A.BATCH, "skipped": {},
+           "datasets": {"breast-cancer": r}}
+    out["targets"] = A.targets(out, {"keep data": {"end 10%": "retrain"}})
+    has_river = refs["river single pass"]["before"] is not None
+    assert [t["met"] for t in out["targets"]] == [True] * (2 if has_river else 1)
+    lines = A.table(out)
+    assert any(line.strip().startswith("retrain ") for line in lines)
+    made = A.write_docs(out, tmp_path)
+    assert (tmp_path / "accuracy.md").read_text().count("| passive_olu |") == 1 and made
+
+
+def test_entries_the_engine_cannot_serve_are_skipped_with_the_reason():
+    digits = next(e for e in A.DATASETS if e.name == "digits")
+    why = A.unsupported(digits)
+    assert (why is None) == ("softmax" in LOSSES)
+    if why is not None:
+        assert "softmax" in why
+    hashed = next(e for e in A.DATASETS if e.features == "hashed")
+    assert (A.unsupported(hashed) is None) == (A.hashed_encoder() is not None)
+
+
+def test_plans_and_encodings():
+    plan = A.during_plan(200, 20)
+    taus = [t for t, _ in plan]
+    assert taus == sorted(taus) and len({u for _, u in plan}) == 20
+    assert all(u < tau for tau, u in plan)  # each request names a record already learned
+    records, y = A.categorical_records(50)
+    X = A.encode_onehot(records)
+    assert X.shape == (50, A.CAT_NUMERIC + A.CAT_CATEGORICAL * (len(A.CAT_CUTS) + 1))
+    assert (np.linalg.norm(X, axis=1) <= 1.0 + 1e-12).all() and set(np.unique(y)) <= {0.0, 1.0}
