@@ -1,4 +1,15 @@
-"""Regret of the OLU families on two small real data sets (run: ``python -m bench.regret``).
+"""Regret of the OLU families on two small real data sets, and the seeds' Table 1 measured (``python -m bench.regret``).
+
+Two measurements, written to docs/regret.md (plots docs/regret.png and docs/regret_table1.png):
+
+1. the first table (this module): every online family on breast-cancer and digits at their full length, k = 0,
+   10, 100 (below);
+2. Table 1 (bench/regret_table1.py, whose docstring has every choice): OLU regret and wall-clock cost per deletion
+   of every served family at T = 10^3, 10^4, 10^5 and k = 10, 100, with the log-log slopes in T beside the
+   papers' order terms.  ``--quick`` runs Table 1 at T = 10^3, 10^4 only and writes only to ``--out``;
+   ``--render`` rewrites the documents from the numbers the last full run pickled (bench/results/regret_last.pkl).
+
+The first table:
 
 Data: scikit-learn's bundled breast-cancer (569 x 30, malignant vs benign) and digits (1797 x 64, even vs odd
 digit), standardised, then each row scaled to unit norm (||x|| = 1, the declared bound); streamed in one fixed order
@@ -299,7 +310,8 @@ def table_a_markdown(rows, elapsed) -> list[str]:
         "  epochs re-learns from 0: its regret grows with k.",
         "- *online DP tree*: private from the start (tree aggregation, FTRL); the whole budget for k deletions is",
         "  charged at creation (Proposition 1), so its noise is there at every step and at k = 0 too (one",
-        "  certified deletion is declared); sigma is the per-node noise.",
+        "  certified deletion is declared); its sigma column is the per-node noise its deletion certificates",
+        "  name, hence 0 at k = 0, where no deletion happens although the noise is there.",
         "",
         "Comparator losses: " + ", ".join(sorted({f'{r[0]} k={r[2]}: {r[11]:.1f}' for r in rows})) + ".",
               "", f"Runtime of this table {elapsed:.0f} s.", ""]
