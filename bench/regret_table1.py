@@ -42,8 +42,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -86,9 +86,9 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
 
 
 # ---- the papers' order terms ---------------------------------------------------------------------------------
-LOG = lambda T, k: math.log(T)  # noqa: E731
-CONST = lambda T, k: 1.0  # noqa: E731
-LIN = lambda T, k: float(T)  # noqa: E731
+LOG = lambda T, k: math.log(T)
+CONST = lambda T, k: 1.0
+LIN = lambda T, k: float(T)
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,9 @@ class Row:
 
 
 def comparators(X, y, events) -> np.ndarray:
-    from .regret import MU as MU1, RADIUS as R1, comparators as comp1
+    from .regret import MU as MU1
+    from .regret import RADIUS as R1
+    from .regret import comparators as comp1
 
     assert (MU1, R1) == (MU, RADIUS)
     return comp1(X, y, events)
@@ -435,7 +437,7 @@ def plot(res: dict, path) -> None:
     for c, k in enumerate(ks):
         for j, row in enumerate(r for r in res["rows"] if r.k == k):
             Ts = sorted(row.cells)
-            style = dict(color=cmap(j % 20), marker="osD^v<>ph*XP8"[j % 13], label=row.family.label)
+            style = {"color": cmap(j % 20), "marker": "osD^v<>ph*XP8"[j % 13], "label": row.family.label}
             pts = [(T, row.cells[T].regret) for T in Ts
                    if row.cells[T].regret is not None and 0 < row.cells[T].regret <= OFF_SCALE]
             if pts:
@@ -589,8 +591,8 @@ def document(res: dict) -> list[str]:
         "",
         "Methodology:",
         "",
-        f"* Data: `make_classification(n = {SYN_N}, d = {res['d']}, n_informative = {res['d'] // 2}, "
-        f"n_redundant = {res['d'] // 4}, flip_y = 0.05, random_state = {SYN_SEED})`, standardised, each row",
+        (f"* Data: `make_classification(n = {SYN_N}, d = {res['d']}, n_informative = {res['d'] // 2}, "
+         f"n_redundant = {res['d'] // 4}, flip_y = 0.05, random_state = {SYN_SEED})`, standardised, each row"),
         "  scaled to the declared ||x|| = 1; each T is a prefix of the same stream. The digits column is the bundled",
         "  digits even/odd set (first 10^3 rows of the first table's order); breast-cancer (569 rows) is shorter than",
         "  every T and appears in the first table only.",
@@ -598,7 +600,7 @@ def document(res: dict) -> list[str]:
         "  (1, 1e-6); the first table keeps its older rho = 0.01747). Each spec is normalised and passed through",
         "  the family's `check_calibration`, as the service does at creation: every sigma is a certified one, from",
         f"  the real engine (`app.unlearning`), with seeded noise: {res.get('seeds', 1)} seeds per cell (regret: mean",
-        f"  (sd); cost: median over every deletion of every seed), one seed (marked ¹) where a single run is",
+        "  (sd); cost: median over every deletion of every seed), one seed (marked ¹) where a single run is",
         f"  projected above {res['cap_s'] / SEED_SHARE:.0f} s. rewind-to-delete draws its minibatches from the OS CSPRNG",
         "  (the service's sampler), so it is not reproducible run to run.",
         "* Family settings: service defaults, plus what the family must be told: `horizon` = T and",
@@ -613,7 +615,7 @@ def document(res: dict) -> list[str]:
         "  the dynamic comparator's (digest §1.6; z*_i by L-BFGS, as in the first table).",
         "* Cost per deletion: median wall-clock time of `engine.forget([u], retained)` over the run's k deletions",
         "  (median deletion at tau ~ T/2); the retained view is built before the clock starts. Engine level, no",
-        f"  HTTP or database; this machine has 2 cores shared with other jobs, so costs below ~50 us are noisy.",
+        "  HTTP or database; this machine has 2 cores shared with other jobs, so costs below ~50 us are noisy.",
         f"* Budget: a (family, k, T) run projected above {res['cap_s']:.0f} s from its smaller T is not run; its cost",
         f"  is then the median of {FALLBACK_FORGETS} deletions after learning the first T/2 examples in one call (same",
         "  tau as the full run's median deletion), and its regret is reported as not run (footnotes).",
@@ -628,7 +630,7 @@ def document(res: dict) -> list[str]:
               "### Where the measured slopes disagree with the papers' order terms", "",
               "The papers' order terms are upper bounds up to constants. A measured slope below the predicted",
               "one does not contradict them; one above it contradicts them only asymptotically, and the constants",
-              f"they drop are large at these settings (L^2/mu = 235 for every strongly convex bound). Rows whose",
+              "they drop are large at these settings (L^2/mu = 235 for every strongly convex bound). Rows whose",
               f"measured slope is more than {DISAGREE} from the predicted one (n/a counts as a disagreement):", ""]
     grouped: dict[tuple[str, str], list[str]] = {}
     for kind, label, k, measured, pred in disagreements(res):
