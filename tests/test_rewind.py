@@ -522,3 +522,25 @@ def test_a_deletion_reads_only_the_rows_its_sgd_run_samples():
     engine.forget([1], store)
     assert 0 < store.rows_read <= K * b + 1  # the sampled rows plus the existence check of the forgotten one
     assert store.rows_read < n / 50
+
+
+def test_sigma_target_survives_creation_and_storage():
+    """Creation normalises the hyperparameters, then builds the engine (which normalises them again), and a stored
+    model re-reads its spec: a default K must not be mistaken for a given one (it was: every sigma_target model was
+    refused with "give either K or sigma_target")."""
+    from app.registry import build_spec, spec_from_json
+
+    payload = {"algorithm": "rewind_to_delete", "loss": "logistic", "dim": 4, "bounds": {"x_norm": 1.0, "y_abs": 1.0},
+               "domain_radius": 4.0, "l2": 0.05, "privacy": {"epsilon": 1.0, "delta": 1e-4},
+               "hyperparameters": {"T": 400, "batch_size": 4, "m_max": 2, "initial_size": 60, "sigma_target": 5e4}}
+    spec = build_spec(payload, max_dim=1000)
+    assert "K" not in spec.hyperparameters and spec.hyperparameters["sigma_target"] == 5e4
+    e = RewindToDelete(spec, SeededNoise(0), SeededSampler(0))
+    rng = np.random.default_rng(0)
+    e.learn(rng.normal(size=(60, 4)) / 3, (rng.random(60) < 0.5).astype(float))
+    assert e.sigma <= 5e4 and 0 < e.K < 400
+    from app.registry import spec_to_json  # the stored form round-trips too
+    again = spec_from_json(spec_to_json(spec))
+    assert RewindToDelete.from_state(again, e.state()).K == e.K
+    with pytest.raises(SpecError, match="either K or sigma_target"):
+        build_spec({**payload, "hyperparameters": {**payload["hyperparameters"], "K": 5}}, max_dim=1000)

@@ -226,7 +226,8 @@ class RewindToDelete(Unlearner):
         self.projected: bool = hp["projected"]
         self.regime: str = hp["regime"]
         self.T: int = hp["T"]
-        self.K: int = hp["K"]  # per epoch: chosen at training time when sigma_target is set (digest §2.4 step 6)
+        # per epoch; with sigma_target it is chosen at training time (digest §2.4 step 6)
+        self.K: int = hp["K"] if hp.get("K") is not None else max(1, self.T // 4)
         self.sigma_target: float | None = hp["sigma_target"]
         self.b: int = hp["batch_size"]
         self.m_max: int = hp["m_max"]
@@ -283,8 +284,16 @@ class RewindToDelete(Unlearner):
             raise SpecError("regime 'strongly_convex' needs l2 > 0 (mu = l2)")
         if descend and hp["regime"] != "strongly_convex":
             raise SpecError("variant 'descend' is certified for strongly convex losses only (Theorem 4)")
+        # with sigma_target, K is chosen at training time (min_K) and never stored in the hyperparameters, so a
+        # second normalisation of the normalised dict (as at creation) does not mistake a default K for a given one
+        by_target = hp.get("sigma_target") is not None
+        if by_target and hp.get("K") is not None:
+            raise SpecError("give either K or sigma_target, not both")
         for key, default, low in (("T", 1000, 1), ("K", None, 0), ("batch_size", 32, 1), ("m_max", 10, 1),
                                   ("initial_size", 256, 2)):
+            if key == "K" and by_target:
+                hp.pop("K", None)
+                continue
             if default is None:
                 default = max(1, hp["T"] // 4)
             hp.setdefault(key, default)
@@ -292,14 +301,12 @@ class RewindToDelete(Unlearner):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
                 raise SpecError(f"{key} must be an integer >= {low}")
             hp[key] = int(v)
-        if not descend and hp["K"] > hp["T"]:
+        if not descend and not by_target and hp["K"] > hp["T"]:
             raise SpecError("rewind needs K <= T (K = T is retraining from theta_0)")
         target = hp.setdefault("sigma_target", None)
         if target is not None:
             if descend:
                 raise SpecError("sigma_target is supported for variant 'rewind' only (D2D's Sigma has a floor)")
-            if "K" in spec.hyperparameters:
-                raise SpecError("give either K or sigma_target, not both")
             try:
                 target = float(target)
             except (TypeError, ValueError):
