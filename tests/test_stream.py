@@ -63,12 +63,14 @@ class Broker:
         nc = await nats.connect(NATS_URL)
         return nc, nc.jetstream()
 
-    def create(self) -> "Broker":
+    def create(self, keep_republished: bool = False) -> "Broker":
+        """``keep_republished``: the out stream keeps re-publications (else JetStream drops them by Nats-Msg-Id)."""
         async def go():
             nc, js = await self._conn()
             await js.add_stream(name=self.events, subjects=[f"olu.{self.tenant_id}.*.events"])
             await js.add_stream(name=self.out, subjects=[f"olu.{self.tenant_id}.*.results", f"olu.{self.tenant_id}.dead",
-                                                         f"{self.reply_prefix}.>"])
+                                                         f"{self.reply_prefix}.>"],
+                                duplicate_window=0.1 if keep_republished else 120.0)
             await nc.close()
         _run(go())
         return self
@@ -335,6 +337,15 @@ def test_duplicate_event_ids_are_applied_once(setup, tmp_path):
     assert len(reused) == 1 and reused[0]["stream_seq"] == 5
 
 
+def _consumer_in_flight(broker: Broker, durable: str) -> int:
+    async def go():
+        nc, js = await broker._conn()
+        info = await js.consumer_info(broker.events, durable)
+        await nc.close()
+        return info.num_ack_pending
+    return _run(go())
+
+
 def _consumer_pending(broker: Broker, durable: str) -> int:
     async def go():
         nc, js = await broker._conn()
@@ -362,7 +373,7 @@ def test_sigterm_finishes_the_batch_and_stops(setup, tmp_path):
 
 # ---- crash test -----------------------------------------------------------------------------------------------
 KILLS = 10
-N_EVENTS = 240
+N_EVENTS = 400
 
 
 class Producer:
@@ -394,7 +405,7 @@ class Producer:
             for ev in self.events:
                 await js.publish(f"olu.{self.broker.tenant_id}.{self.mid}.events", json.dumps(ev).encode(),
                                  stream=self.broker.events)
-                await asyncio.sleep(self.rng.uniform(0.0, 0.12))
+                await asyncio.sleep(self.rng.uniform(0.0, 0.06))
             await nc.close()
         try:
             _run(go())
@@ -410,11 +421,28 @@ def _crash(server, tenant_id, key, c, broker, tmp_path):
     t = threading.Thread(target=producer.run, daemon=True)
     t.start()
     log = tmp_path / "consumer.log"
-    kills = 0
+    kills, busy_kills = 0, 0
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(server.database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+
+    def recorded() -> int:
+        with eng.connect() as conn:
+            return conn.execute(text("SELECT count(*) FROM stream_events WHERE tenant_id = :t"),
+                                {"t": tenant_id}).scalar_one()
+
     cons = ConsumerProc(server, key, broker, log, "--batch", "8").start()
     try:
         while kills < KILLS:
-            time.sleep(rng.uniform(0.8, 2.0))  # start-up (~1 s) plus a random part of the work
+            # wait until this consumer process is applying events, then kill it at a random point of its work
+            before, deadline = recorded(), time.monotonic() + 20
+            while recorded() == before and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0.0, 0.15))
+            try:
+                busy_kills += _consumer_in_flight(broker, f"olu-{tenant_id}") > 0
+            except Exception:  # noqa: BLE001
+                pass
             cons.kill()
             kills += 1
             cons = ConsumerProc(server, key, broker, log, "--batch", "8").start()
@@ -424,7 +452,14 @@ def _crash(server, tenant_id, key, c, broker, tmp_path):
         got = broker.wait_published(n_results, timeout=60, consumer=cons)
     finally:
         cons.terminate()
-    note = f"(seed {seed}, {kills} kills)"
+        eng.dispose()
+    replays = sum(1 for s, b, h in got if h.get("Olu-Replayed") == "true")
+    note = f"(seed {seed}, {kills} kills, {busy_kills} with messages in flight, {replays} results re-published)"
+    print(note)
+    assert busy_kills >= 1, f"no kill hit the consumer at work {note}"
+    first_copy: dict = {}
+    for s, b, h in got:  # a re-published result is the stored one, byte for byte
+        assert first_copy.setdefault((s, b["event_id"]), b) == b, note
     rows = _stream_rows(server.database_url, tenant_id)
     assert sorted(r[0] for r in rows) == sorted(e["id"] for e in producer.events), note  # each recorded once
     assert {r[2] for r in rows} == {"applied"}, f"an event was dead-lettered {note}"
@@ -447,6 +482,12 @@ def _crash(server, tenant_id, key, c, broker, tmp_path):
     return kills
 
 
-def test_crash_sigkill_consumer_applies_every_event_exactly_once(setup, tmp_path):
-    server, tenant_id, key, c, broker = setup
-    assert _crash(server, tenant_id, key, c, broker, tmp_path) >= 10
+def test_crash_sigkill_consumer_applies_every_event_exactly_once(server, tmp_path):
+    tenant_id, key = server.new_tenant("crash")
+    broker = Broker(tenant_id).create(keep_republished=True)
+    try:
+        with server.client(key) as c:
+            assert _crash(server, tenant_id, key, c, broker, tmp_path) >= 10
+    finally:
+        broker.delete()
+
