@@ -6,7 +6,8 @@ summary plots to ``docs/``).  Nothing here is asserted by the tests; numbers dep
 Sections: engine (learn throughput vs river and a numpy loop), http (service ingest and latency vs a bare FastAPI
 endpoint), forget (forget(1) vs retraining as the stream grows, every family), memory (state blob, resident engine,
 database bytes per example), profiles (pyinstrument/py-spy evidence for the misses), noise (17 exact discrete
-Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)).
+Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)), stream (learn events through NATS
+JetStream and ``olu consume`` vs HTTP ingest; needs NATS at 127.0.0.1:4222).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .common import fmt_rate, fmt_time, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise")
+SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream")
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
@@ -245,6 +246,10 @@ def main(argv=None) -> None:
             from . import noise
             res["noise"] = noise.run(a.quick)
             print("\n".join(_noise_table(res["noise"])))
+        elif name == "stream":
+            from . import stream
+            res["stream"] = stream.run(a.quick, backends)
+            print("\n".join(stream.table(res["stream"])))
         elif name == "memory":
             from . import memory
             res["memory"] = memory.run(a.quick, backends)

@@ -491,3 +491,42 @@ def test_crash_sigkill_consumer_applies_every_event_exactly_once(server, tmp_pat
     finally:
         broker.delete()
 
+
+
+def test_two_consumer_processes_keep_each_models_order(setup, tmp_path):
+    """Two processes share the durable consumer: every model's events are applied in stream order (an unlearn
+    never overtakes the learn of its record; steps and versions grow with the stream sequence)."""
+    server, tenant_id, key, c, broker = setup
+    mids = [create_model(c, dim=DIM)["id"] for _ in range(3)]
+    events, n = [], 0
+    for k in range(90):
+        mid = mids[k % 3]
+        if k >= 9 and k % 5 == 0:  # forget the record learned by this model's event three rounds before
+            events.append((mid, unlearn_event(f"o{k}", [f"x{k - 9}"]), None))
+        else:
+            events.append((mid, learn_event(f"o{k}", [f"x{k}"], X[k:k + 1], [k % 2]), None))
+    cons = [ConsumerProc(server, key, broker, tmp_path / f"consumer{i}.log", "--batch", "4").start()
+            for i in range(2)]
+    try:
+        broker.publish(events[:10])
+        broker.wait_published(1, consumer=cons[0])  # the durable consumer exists; both processes are fetching
+        broker.publish(events[10:])
+        got = broker.wait_published(len(events), consumer=cons[0])
+    finally:
+        for p in cons:
+            assert p.terminate() == 0
+    dead = [b for s, b, h in got if s.endswith(".dead")]
+    assert not dead, dead[:3]
+    rows = _stream_rows(server.database_url, tenant_id)
+    assert len(rows) == len(events)
+    order = {e["id"]: i for i, (_, e, _) in enumerate(events)}
+    model_of = {e["id"]: m for m, e, _ in events}
+    for mid in mids:
+        mine = sorted((r for r in rows if model_of[r[0]] == mid), key=lambda r: r[4])
+        assert [order[r[0]] for r in mine] == sorted(order[r[0]] for r in mine)
+        versions = [r[3] for r in mine]
+        assert versions == sorted(versions)
+    steps = {b["event_id"]: b["first_step"] for s, b, h in got if b.get("kind") == "learn"}
+    for mid in mids:
+        learned = [e["id"] for m, e, _ in events if m == mid and e["kind"] == "learn"]
+        assert [steps[i] for i in learned] == sorted(steps[i] for i in learned)
