@@ -185,14 +185,29 @@ class Consumer:
         runs: dict[str, list[Event]] = {}
         for ev in sorted(events, key=lambda e: e.seq):
             runs.setdefault(ev.subject, []).append(ev)
-        for subject, run in runs.items():
-            cursor = await asyncio.to_thread(self.applier.cursor, run[0].stream, subject)
-            n = await self._cleared(run, cursor, fetched)
-            outcomes = await asyncio.to_thread(self.applier.apply_run, run[:n], cursor) if n else []
-            outcomes += [Outcome(ev, "nak", "retry", kind=ev.kind) for ev in run[n:]]
-            await self._finish(outcomes)
+        beat = asyncio.create_task(self._heartbeat(msgs))
+        try:
+            for subject, run in runs.items():
+                cursor = await asyncio.to_thread(self.applier.cursor, run[0].stream, subject)
+                n = await self._cleared(run, cursor, fetched)
+                outcomes = await asyncio.to_thread(self.applier.apply_run, run[:n], cursor) if n else []
+                outcomes += [Outcome(ev, "nak", "retry", kind=ev.kind) for ev in run[n:]]
+                await self._finish(outcomes)
+        finally:
+            beat.cancel()
         self.metrics.in_flight.set(0)
         self.metrics.batch_seconds.observe(loop.time() - started)
+
+    async def _heartbeat(self, msgs: list) -> None:
+        """While a fetch is being applied, tell JetStream it is in progress (a long first learn, e.g. while the
+        compiled loops warm up, is not redelivered to another process meanwhile; an ack'd message ignores it)."""
+        while True:
+            await asyncio.sleep(max(self.cfg.ack_wait / 3, 0.5))
+            for m in msgs:
+                try:
+                    await m.in_progress()
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
 
     async def _cleared(self, run: list[Event], cursor: int | None, fetched: set[int]) -> int:
         """How many events of ``run`` (one model subject, in order) may be applied now: none of the stream's
