@@ -118,7 +118,7 @@ class Broker:
         deadline = time.monotonic() + timeout
         while True:
             got = self.published()
-            if len(got) >= n:
+            if len({(s, b.get("event_id")) for s, b, _ in got}) >= n:  # re-publications count once
                 return got
             if consumer is not None and consumer.proc.poll() is not None:
                 raise AssertionError(f"consumer exited {consumer.proc.returncode}:\n{consumer.log()}")
@@ -373,7 +373,7 @@ def test_sigterm_finishes_the_batch_and_stops(setup, tmp_path):
 
 # ---- crash test -----------------------------------------------------------------------------------------------
 KILLS = 10
-N_EVENTS = 400
+N_EVENTS = 300
 
 
 class Producer:
