@@ -172,6 +172,24 @@ class _Server:
         self.data_dir, self.database_url = data_dir, database_url
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def server(request, tmp_path_factory):
+    """This module's own API server (in process) with its own data directory; on SQLite its own database file.
+
+    Not the session's server: its SQLite file is read by other tests' code in this process, and a process that
+    closes any descriptor of a SQLite file loses its POSIX locks on it, after which a consumer process, believing
+    itself the last connection, may checkpoint and remove the WAL that the server still writes to."""
+    from .conftest import start_server
+
+    data_dir = tmp_path_factory.mktemp(f"stream-{request.param}")
+    url = f"sqlite:///{data_dir / 'olu.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    srv, (uv, thread) = start_server(url, data_dir, request.param)
+    yield srv
+    uv.should_exit = True
+    thread.join(timeout=10)
+    srv.app.state.ctx.db.dispose()
+
+
 @pytest.fixture
 def setup(server, tmp_path):
     """(server, tenant id, all-scopes key, client, broker) with the broker's streams deleted afterwards."""

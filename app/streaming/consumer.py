@@ -251,6 +251,22 @@ class Consumer:
         await self.nc.flush()
 
 
+def _why(db, api_key: str) -> str:
+    """Why a key does not authenticate, without revealing anything secret (its public prefix at most)."""
+    from sqlalchemy import select
+
+    from ..db.tables import ApiKey
+
+    parts = api_key.split("_")
+    if len(parts) < 3 or parts[0] != "olu":
+        return "not of the form olu_<prefix>_<secret>"
+    with db.read() as s:
+        row = s.execute(select(ApiKey.revoked_at).where(ApiKey.prefix == parts[1])).first()
+    if row is None:
+        return f"no key with prefix {parts[1]} in {db.url.split('@')[-1]}"
+    return "revoked" if row[0] is not None else "wrong secret"
+
+
 def build(settings, api_key: str, config: ConsumerConfig) -> tuple[Consumer, Any]:
     """The consumer on the configured database, signing receipts with the service's key ring (as the API)."""
     from ..crypto import load_cipher
@@ -276,7 +292,7 @@ def build(settings, api_key: str, config: ConsumerConfig) -> tuple[Consumer, Any
     tenants = TenantService(db, cipher, settings.auth_cache_seconds)
     principal = tenants.authenticate(api_key)
     if principal is None or principal.tenant_id is None:
-        raise RuntimeError("the API key given to the consumer is not a valid tenant key")
+        raise RuntimeError(f"the API key given to the consumer is not a valid tenant key ({_why(db, api_key)})")
     if "write" not in principal.scopes:
         log.warning("the consumer's key has no 'write' scope: events without their own key will be dead-lettered")
     models = ModelService(db, ModelRegistry(cipher=cipher), ReceiptIssuer(keyring), settings)
