@@ -247,6 +247,12 @@ def test_happy_path_learn_unlearn_receipts_published_and_metrics(setup, tmp_path
     # columnar body, as the HTTP endpoint accepts it
     events.append((mid, {"id": "L5", "kind": "learn", "model_id": mid,
                          "body": {"ids": ["r10", "r11"], "x": X[10:12].tolist(), "y": [1.0, 0.0]}}, None))
+    # msgpack, x and y as raw little-endian float64 bytes (the HTTP endpoint's msgpack body)
+    import msgpack
+
+    events.append((mid, msgpack.packb({"id": "L6", "kind": "learn", "body": {
+        "ids": ["r12", "r13"], "x": np.ascontiguousarray(X[12:14], "<f8").tobytes(),
+        "y": np.asarray([0.0, 1.0], "<f8").tobytes()}}, use_bin_type=True), {"Content-Type": "application/msgpack"}))
     events.append((mid, unlearn_event("U0", ["r3", "r7"], reply_to=f"{broker.reply_prefix}.mine"), None))
     events.append((mid, unlearn_event("U1", ["r0"]), None))
     broker.publish(events)
@@ -260,12 +266,12 @@ def test_happy_path_learn_unlearn_receipts_published_and_metrics(setup, tmp_path
     by_event = {b["event_id"]: (subj, b, h) for subj, b, h in got}
     assert len(got) == len(events) == len(by_event)
     # learn acknowledgements: steps in event order, consecutive
-    steps = [(by_event[f"L{k}"][1]["first_step"], by_event[f"L{k}"][1]["last_step"]) for k in range(6)]
-    assert [s for pair in steps for s in pair] == [s for k in range(6) for s in (2 * k + 1, 2 * k + 2)]
-    assert all(by_event[f"L{k}"][0] == f"olu.{tenant_id}.{mid}.results" for k in range(6))
+    steps = [(by_event[f"L{k}"][1]["first_step"], by_event[f"L{k}"][1]["last_step"]) for k in range(7)]
+    assert [s for pair in steps for s in pair] == [s for k in range(7) for s in (2 * k + 1, 2 * k + 2)]
+    assert all(by_event[f"L{k}"][0] == f"olu.{tenant_id}.{mid}.results" for k in range(7))
     assert by_event["U0"][0] == f"{broker.reply_prefix}.mine"  # the event's own reply subject
     model = c.get(f"/v1/models/{mid}").json()
-    assert model["step"] == 12 and model["n_forgotten"] == 3
+    assert model["step"] == 14 and model["n_forgotten"] == 3
     stored = {r["id"]: r for r in _all_receipts(c, mid)}
     published = [r for e in ("U0", "U1") for r in by_event[e][1]["receipts"]]
     assert sorted(r["id"] for r in published) == sorted(stored)  # every receipt published, once
@@ -273,11 +279,11 @@ def test_happy_path_learn_unlearn_receipts_published_and_metrics(setup, tmp_path
     for r in published:
         assert r == stored[r["id"]] and verify_receipt(r, keys)
     rows = _stream_rows(server.database_url, tenant_id)
-    assert {r[0] for r in rows} == {e[1]["id"] for e in events} and {r[2] for r in rows} == {"applied"}
+    assert {r[0] for r in rows} == {f"L{k}" for k in range(7)} | {"U0", "U1"} and {r[2] for r in rows} == {"applied"}
     # one write per transaction: the version counts the transactions that applied events (learns batched)
     assert model["version"] == 1 + len({r[3] for r in rows})
     assert len({r[3] for r in rows}) < len(events)  # consecutive learn events shared a transaction
-    assert 'olu_stream_events_applied_total{kind="learn"} 6.0' in metrics
+    assert 'olu_stream_events_applied_total{kind="learn"} 7.0' in metrics
     assert 'olu_stream_events_applied_total{kind="unlearn"} 2.0' in metrics
     assert "olu_stream_lag_messages" in metrics
 
