@@ -59,6 +59,63 @@ def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
 
 
 @app.command()
+def consume(
+    api_key: str = typer.Option(..., envvar="OLU_STREAM_API_KEY",
+                                help="a tenant API key: names the tenant; authorises events that carry no key of "
+                                     "their own (needs the 'write' scope for that)"),
+    nats_url: str = typer.Option("nats://127.0.0.1:4222", envvar="OLU_NATS_URL"),
+    stream: str = typer.Option("OLU_EVENTS", envvar="OLU_STREAM", help="the JetStream stream of the events"),
+    durable: Optional[str] = typer.Option(None, help="durable consumer name shared by the worker processes "
+                                                     "(default olu-<tenant id>)"),
+    create_stream: bool = typer.Option(False, help="create the stream (subjects <prefix>.<tenant>.*.events) if "
+                                                   "missing"),
+    subject_prefix: str = typer.Option("olu", help="events are read from <prefix>.<tenant>.<model>.events"),
+    results_subject: str = typer.Option("{prefix}.{tenant}.{model}.results",
+                                        help="where results and receipts go when an event names no reply_to"),
+    dead_letter_subject: str = typer.Option("{prefix}.{tenant}.dead", help="where refused events go"),
+    batch: int = typer.Option(100, min=1, help="messages per fetch (in flight per process)"),
+    max_ack_pending: int = typer.Option(1000, min=1, help="unacknowledged messages of the durable consumer, all "
+                                                          "processes together (backpressure)"),
+    ack_wait: float = typer.Option(30.0, help="seconds before an unacknowledged message is redelivered"),
+    metrics_port: Optional[int] = typer.Option(None, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics"),
+):
+    """Apply learn / unlearn events of a tenant's models from NATS JetStream exactly once, publishing each
+    forget's signed receipts (and learn acknowledgements) back; refused events go to the dead-letter subject
+    (docs/streaming.md). SIGTERM: finish the batch in hand, ack, stop."""
+    import asyncio
+    import logging
+
+    from .observability import configure_logging
+    from .streaming.consumer import ConsumerConfig, build
+
+    st = _settings()
+    configure_logging(st.log_level)
+    cfg = ConsumerConfig(nats_url=nats_url, stream=stream, durable=durable, subject_prefix=subject_prefix,
+                         batch=batch, max_ack_pending=max_ack_pending, ack_wait=ack_wait,
+                         create_stream=create_stream, results_subject=results_subject,
+                         dead_letter_subject=dead_letter_subject, metrics_port=metrics_port)
+
+    async def main_loop() -> None:
+        consumer, db = build(st, api_key, cfg)
+        try:
+            await consumer.connect()
+            consumer.install_signal_handlers()
+            logging.getLogger("olu.stream").info(
+                "consuming %s from stream %s as %s", cfg.filter_subject(consumer.tenant_id), stream, consumer.durable)
+            typer.echo(f"consuming {cfg.filter_subject(consumer.tenant_id)} from {stream} ({consumer.durable})",
+                       err=True)
+            await consumer.run()
+        finally:
+            db.dispose()
+
+    try:
+        asyncio.run(main_loop())
+    except RuntimeError as e:
+        typer.echo(f"olu consume: {e}", err=True)
+        raise typer.Exit(3)
+
+
+@app.command()
 def migrate():
     """Upgrade the database schema to the latest Alembic revision."""
     db = _database()

@@ -6,7 +6,8 @@ summary plots to ``docs/``).  Nothing here is asserted by the tests; numbers dep
 Sections: engine (learn throughput vs river and a numpy loop), http (service ingest and latency vs a bare FastAPI
 endpoint), forget (forget(1) vs retraining as the stream grows, every family), memory (state blob, resident engine,
 database bytes per example), profiles (pyinstrument/py-spy evidence for the misses), noise (17 exact discrete
-Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)), accuracy (held-out accuracy before
+Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)), stream (learn events through NATS
+JetStream and ``olu consume`` vs HTTP ingest; needs NATS at 127.0.0.1:4222), accuracy (held-out accuracy before
 and after forgetting 1 record, 1 % and 10 % of the stream, every family, beside the exact retrain and river's single
 pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy.py).
 """
@@ -22,7 +23,7 @@ from .common import fmt_rate, fmt_time, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "accuracy")
+SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "accuracy")
 DEFAULT_SECTIONS = SECTIONS[:-1]  # the performance sections; accuracy runs when named
 
 TARGETS = {
@@ -260,6 +261,10 @@ def main(argv=None) -> None:
             # a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; --quick only with --docs
             made_acc = accuracy.write_docs(res["accuracy"], a.out, ROOT / "docs" if a.docs or not a.quick else None)
             print("wrote " + ", ".join(str(p) for p in made_acc))
+        elif name == "stream":
+            from . import stream
+            res["stream"] = stream.run(a.quick, backends)
+            print("\n".join(stream.table(res["stream"])))
         elif name == "memory":
             from . import memory
             res["memory"] = memory.run(a.quick, backends)

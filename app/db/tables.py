@@ -208,3 +208,34 @@ class Checkpoint(Base):
     tree_size: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     body: Mapped[str] = mapped_column(Text)  # the checkpoint JSON as served
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class StreamEvent(Base):
+    """A broker event (``olu consume``, docs/streaming.md) taken into account: applied, or dead-lettered.
+
+    Written in the same transaction as the learn / unlearn it applies, so an event id is recorded exactly when its
+    effect is; ``result`` is the message published back (compact learn acknowledgement, the forget's signed
+    receipts, or the dead letter's problem), re-published as is when the event is delivered again."""
+
+    __tablename__ = "stream_events"
+    tenant_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    event_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    model_id: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(16))  # learn | unlearn | other (malformed)
+    outcome: Mapped[str] = mapped_column(String(16))  # applied | dead_letter
+    stream: Mapped[str] = mapped_column(String(255))
+    seq: Mapped[int] = mapped_column(BigInteger)  # the stream sequence it was recorded from
+    body_sha256: Mapped[str] = mapped_column(String(64))  # a reused event id with another body is refused
+    version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # model version after it (applied)
+    result: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class StreamCursor(Base):
+    """Per stream and model subject, the last stream sequence taken into account: the order guard that lets
+    several consumer processes share one durable consumer (app/streaming/consumer.py)."""
+
+    __tablename__ = "stream_cursors"
+    stream: Mapped[str] = mapped_column(String(255), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(255), primary_key=True)
+    last_seq: Mapped[int] = mapped_column(BigInteger)
