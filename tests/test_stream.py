@@ -65,15 +65,26 @@ class Broker:
 
     def create(self, keep_republished: bool = False) -> "Broker":
         """``keep_republished``: the out stream keeps re-publications (else JetStream drops them by Nats-Msg-Id)."""
+        from nats.js.api import RetentionPolicy
+
         async def go():
             nc, js = await self._conn()
-            await js.add_stream(name=self.events, subjects=[f"olu.{self.tenant_id}.*.events"])
+            await js.add_stream(name=self.events, subjects=[f"olu.{self.tenant_id}.*.events"],
+                                retention=RetentionPolicy.WORK_QUEUE)  # as docs/streaming.md recommends
             await js.add_stream(name=self.out, subjects=[f"olu.{self.tenant_id}.*.results", f"olu.{self.tenant_id}.dead",
                                                          f"{self.reply_prefix}.>"],
                                 duplicate_window=0.1 if keep_republished else 120.0)
             await nc.close()
         _run(go())
         return self
+
+    def events_left(self) -> int:
+        async def go():
+            nc, js = await self._conn()
+            info = await js.stream_info(self.events)
+            await nc.close()
+            return info.state.messages
+        return _run(go())
 
     def delete(self) -> None:
         async def go():
@@ -286,6 +297,8 @@ def test_happy_path_learn_unlearn_receipts_published_and_metrics(setup, tmp_path
     assert 'olu_stream_events_applied_total{kind="learn"} 7.0' in metrics
     assert 'olu_stream_events_applied_total{kind="unlearn"} 2.0' in metrics
     assert "olu_stream_lag_messages" in metrics
+    # work-queue retention: the applied events (their features included) are no longer in the broker's stream
+    assert broker.events_left() == 0
 
 
 def test_bad_events_are_dead_lettered_and_change_nothing(setup, tmp_path):

@@ -95,7 +95,7 @@ class Consumer:
 
     async def connect(self) -> None:
         import nats
-        from nats.js.api import AckPolicy, ConsumerConfig as JsConsumerConfig, DeliverPolicy
+        from nats.js.api import AckPolicy, ConsumerConfig as JsConsumerConfig, DeliverPolicy, RetentionPolicy
         from nats.js.errors import NotFoundError
 
         self.nc = await nats.connect(self.cfg.nats_url, name=f"olu-consume-{self.tenant_id}")
@@ -107,7 +107,9 @@ class Consumer:
             if not self.cfg.create_stream:
                 raise RuntimeError(f"no JetStream stream {self.cfg.stream!r}; create it (subjects {subject}) or pass "
                                    "--create-stream") from None
-            await self.js.add_stream(name=self.cfg.stream, subjects=[subject])
+            # work-queue retention: the broker deletes an event once it is acknowledged (after its commit), so a
+            # learn event's features do not outlive their application in the broker's storage (docs/streaming.md)
+            await self.js.add_stream(name=self.cfg.stream, subjects=[subject], retention=RetentionPolicy.WORK_QUEUE)
             log.info("created stream %s on %s", self.cfg.stream, subject)
         self.sub = await self.js.pull_subscribe(
             subject, durable=self.durable, stream=self.cfg.stream,
