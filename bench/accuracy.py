@@ -181,7 +181,7 @@ def _categorical_hashed(quick: bool) -> Prepared:
     return Prepared(Xtr, ytr, Xte, yte, 2)
 
 
-HASH_DIM = 256   # hashed dimension of the "categorical, hashed" entry (42 tokens per record: few collisions)
+HASH_DIM = 64    # hashed dimension of the "categorical, hashed" entry (42 tokens per record; signed buckets)
 
 
 def hashed_feature_spec(dim: int = HASH_DIM) -> dict[str, Any]:
