@@ -49,6 +49,52 @@ def test_entries_the_engine_cannot_serve_are_skipped_with_the_reason():
     assert (A.unsupported(hashed) is None) == (A.hashed_encoder() is not None)
 
 
+def _tiny(entry, n_train: int, n_test: int):
+    """``entry``'s quick data cut to n_train / n_test records (plumbing only)."""
+    data = entry.load(True)
+    data.X_train, data.y_train = data.X_train[:n_train], data.y_train[:n_train]
+    data.X_test, data.y_test = data.X_test[:n_test], data.y_test[:n_test]
+    return A.Entry(entry.name, entry.loss, entry.features, lambda quick: data, entry.what)
+
+
+@pytest.mark.skipif("softmax" not in LOSSES, reason="no softmax in this build")
+def test_softmax_entry_at_tiny_size():
+    digits = next(e for e in A.DATASETS if e.name == "digits")
+    r = A.run_dataset(_tiny(digits, 60, 30), quick=True, families=["passive_olu", "retrain", "memory_pair"], seeds=1)
+    assert r["loss"] == "softmax" and r["classes"] == 10 and r["dim"] == 64
+    fams, refs = r["families"], r["references"]
+    # the memory pair refuses softmax at creation, and the table says so
+    assert "softmax" in fams["memory_pair"]["skipped"]
+    # a softmax passive model is the exact retrain's OGD before any forget; the retrain family forgets exactly
+    assert fams["passive_olu"]["before"]["mean"] == refs["exact retrain"]["before"]
+    assert fams["retrain"]["mechanisms"] == ["exact"] and fams["retrain"]["sigma_mean"] == 0.0
+    for c in A.COLUMNS:  # (30 held-out records: one is 0.033; the retrain keeps the original step numbers)
+        assert abs(fams["retrain"][c]["mean"] - refs["exact retrain"][c]) <= 0.1, c
+    spec = A.model_spec("passive_olu", 64, "softmax", 10, {})
+    assert spec.n_classes == 10 and spec.n_params == 10 * 65
+    river = refs["river single pass"]["before"]
+    assert river is None or 0.0 <= river <= 1.0
+
+
+def test_hashed_entry_uses_the_service_featurizer_with_declared_ranges():
+    from app.features import featurize_many
+
+    encode = A.hashed_encoder()
+    assert encode is not None
+    spec = A.hashed_feature_spec()
+    assert spec["numeric"] == {f"n{j}": [-A.CAT_RANGE, A.CAT_RANGE] for j in range(A.CAT_NUMERIC)}
+    records, _ = A.categorical_records(40)
+    X = encode(records)
+    assert X.shape == (40, A.HASH_DIM) and (np.linalg.norm(X, axis=1) <= 1.0 + 1e-12).all()
+    np.testing.assert_array_equal(X, featurize_many(spec, records, 1.0))  # the service's own encoding
+    # a record's vector does not depend on the other records (no statistics of the data)
+    np.testing.assert_array_equal(encode(records[:1])[0], X[0])
+    hashed = next(e for e in A.DATASETS if e.features == "hashed")
+    r = A.run_dataset(_tiny(hashed, 80, 40), quick=True, families=["passive_olu", "retrain"], seeds=1)
+    assert r["dim"] == A.HASH_DIM and r["features"] == "hashed"
+    assert r["families"]["passive_olu"]["before"]["mean"] == r["references"]["exact retrain"]["before"]
+
+
 def test_plans_and_encodings():
     plan = A.during_plan(200, 20)
     taus = [t for t, _ in plan]

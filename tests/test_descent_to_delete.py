@@ -22,6 +22,7 @@ from app.unlearning.descent_to_delete import (
     DescentToDelete,
     reservoir_update,
 )
+from app.unlearning.losses import make_loss
 from app.unlearning.noise import SeededNoise
 
 PGD_VARIANTS = ("secret", "perfect", "regularized_strong", "regularized_weak")
@@ -499,7 +500,17 @@ def test_spec_validation():
     with pytest.raises(SpecError):
         DescentToDelete(make_spec("secret", selection="single"))
     hp = DescentToDelete.normalize_hyperparameters(make_spec("secret"))
-    assert hp["iterations"] == 25 and hp["chunk_size"] == 4096
+    assert hp["chunk_size"] == 4096
+    # default I of the secret variant: the smallest I >= 25 with gamma^I <= m / (8 L), from the declared bounds
+    # (so Thm 3.1's Delta = 8 L gamma^I / (m n (1 - gamma^I)) <= 1 / ((1 - gamma^I) n))
+    loss = make_loss("squared", 3.0, 40.0, 1.0, 0.05, {})
+    c = dm.PGDConstants(loss.lipschitz, loss.smoothness, 0.05)
+    I = hp["iterations"]
+    assert I > 25 and c.gamma**I <= c.m / (8 * c.L) < c.gamma ** (I - 1)
+    assert dm.secret_sensitivity(c, I, 100) <= 1.0 / ((1 - c.gamma**I) * 100) * (1 + 1e-9)
+    # a strong regulariser keeps the former floor of 25; an explicit count wins
+    assert DescentToDelete.normalize_hyperparameters(make_spec("secret", l2=5.0))["iterations"] == 25
+    assert DescentToDelete.normalize_hyperparameters(make_spec("secret", iterations=7))["iterations"] == 7
 
 
 @pytest.mark.parametrize("variant", ["secret", "distributed"])

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.unlearning.base import (
+    BOUND_TOLERANCE,
     ArrayRetained,
     CapacityExhausted,
     ForgetError,
@@ -112,6 +113,26 @@ def test_classical_calibration_is_the_papers_formula():
     e2 = RewindToDelete(make_spec({**hp, "variant": "descend"}, l2=0.05, eps=0.5, delta=2e-6))
     sigma2, _ = e2.noise_scale(0.3)
     assert sigma2 == pytest.approx(0.3 / 0.5 * math.sqrt(2 * math.log(1.25 / d) / d), rel=1e-12)
+
+
+def test_default_sigma_at_the_accuracy_bench_settings_is_the_markov_tail_bound():
+    """docs/accuracy.md: sigma ~ 7e7 at eps = 1, delta = 1e-6 (R = 10, l2 = 0.01, x_norm = 1, n = 455, m = 46,
+    defaults T = 1000, K = 250) is Theorem 2's expected-distance bound (appendix Thm 18) divided by the Markov
+    tail delta/2 (Lemma 13), recomputed here by hand from the declared bounds: correct, not a bug; and even K =
+    T - 1 (rewind one step) keeps sigma above 1e4 at this delta."""
+    n, m, R, mu = 455, 46, 10.0, 0.01
+    e = RewindToDelete(ModelSpec("rewind_to_delete", "logistic", 30, 1.0, 1.0, R, mu, 1.0, 1e-6, 0.0,
+                                 {"m_max": m, "initial_size": n}))
+    assert (e.T, e.K) == (1000, 250)
+    Xa = math.sqrt((1.0 * (1 + BOUND_TOLERANCE)) ** 2 + 1.0)
+    G, beta = Xa + mu * R, Xa**2 / 4 + mu
+    eta = mu / beta**2
+    g = math.sqrt(1 - eta * mu)
+    Sigma = 2 * eta * G * m * (g**e.K - g**e.T) / (n * (1 - g))
+    assert e.sensitivity_bound(n, e.capacity_for(n)) == pytest.approx(Sigma, rel=1e-9)
+    sigma, tail = e.noise_scale(Sigma)
+    assert tail == pytest.approx(Sigma / 5e-7) and 6e7 < sigma < 8e7
+    assert e.noise_scale(e.sensitivity_bound(n, m, e.T - 1))[0] > 1e4
 
 
 @pytest.mark.parametrize("eps,delta", [(0.1, 1e-5), (0.5, 1e-3), (1.0, 1e-6), (4.0, 1e-6)])

@@ -51,6 +51,23 @@ from .domain import project_l2_ball
 from .losses import Loss, augment, make_loss
 from .noise import NoiseSource
 
+SECRET_MIN_DEFAULT_ITERATIONS, SECRET_MAX_DEFAULT_ITERATIONS = 25, 2000
+
+
+def secret_default_iterations(c: "dm.PGDConstants") -> int:
+    """Default I of the ``secret`` variant, from the declared bounds only (never the data): the smallest I with
+    gamma^I <= m / (8 L), at least the former default 25 and at most SECRET_MAX_DEFAULT_ITERATIONS.  Thm 3.1's sensitivity is
+    Delta = 8 L gamma^I / (m n (1 - gamma^I)) (d2d_math.secret_sensitivity), so this I makes Delta <= 1/((1 -
+    gamma^I) n) ~ 1/n: the published noise sigma ~ sqrt(2 log(1.25/delta)) / (epsilon n) per coordinate, which
+    no longer swamps the model (the former fixed I = 25 left Delta = 0.6 (8L/m)/n, sigma ~ 4 per coordinate at
+    n = 455 with l2 = 0.01: docs/accuracy.md).  The cost is O(I n d) per update; I grows like (M/2m) log(8L/m)
+    as l2 -> 0, hence the cap (an explicit ``iterations`` overrides both)."""
+    if not c.log_gamma < 0:  # gamma = 0 (m = M): one step reaches the minimiser
+        return SECRET_MIN_DEFAULT_ITERATIONS
+    need = math.ceil(math.log(c.m / (8.0 * c.L)) / c.log_gamma - 1e-12)
+    return int(min(SECRET_MAX_DEFAULT_ITERATIONS, max(SECRET_MIN_DEFAULT_ITERATIONS, need)))
+
+
 VARIANTS = ("secret", "perfect", "regularized_strong", "regularized_weak", "distributed")
 STRONGLY_CONVEX = ("secret", "perfect", "distributed")
 HP_KEYS = {"variant", "iterations", "xi", "beta", "selection", "regularization", "retrain_when_cheaper", "chunk_size",
@@ -240,6 +257,9 @@ class DescentToDelete(Unlearner):
                 loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp, spec.n_classes)
                 c = dm.PGDConstants(loss.lipschitz, loss.smoothness, spec.l2)
                 it = max(1, math.ceil(dm.perfect_min_iterations(c, spec.n_params, spec.epsilon, spec.delta)))
+            elif variant == "secret":
+                loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp, spec.n_classes)
+                it = secret_default_iterations(dm.PGDConstants(loss.lipschitz, loss.smoothness, spec.l2))
             else:
                 it = 2 if variant == "distributed" else 25
         if not (isinstance(it, int) and not isinstance(it, bool) and it >= 1):
