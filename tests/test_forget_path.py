@@ -294,3 +294,24 @@ def test_noise_step_without_compiled_path():
         assert np.array_equal(fast.grid_noise_step(theta, k, 2.0**-8, None), 2.0**-8 * (np.rint(theta * 2**8) + k))
     finally:
         fast.set_enabled(previous)
+
+
+@pytest.mark.parametrize("label,cls,kw,T,requests", CASES, ids=[c[0] for c in CASES])
+def test_inlined_shift_and_floor_equal_the_methods(label, cls, kw, T, requests):
+    """_gaussian_forget inlines shift_bound and roundoff_floor for the deterministic schedules (one schedule.eta
+    call, the constant factor of step_roundoff computed once): the certified Delta_u, Gamma, shift and round-off
+    floor must be the methods' values bit for bit, on every schedule and allocation, after earlier deletions too."""
+    e = cls(spec(**kw), SeededNoise(0))
+    X, y = mixed_stream(np.random.default_rng(0), T)
+    e.learn(X, y)
+    for req in requests:
+        tau = e.t
+        expected = []
+        for u in req:  # each deletion of a request sees the deletions before it (n_deletions grows)
+            expected.append((e.shift_bound(u, tau), e.roundoff_floor(u, tau)))
+            e.n_deletions += 1
+        e.n_deletions -= len(req)
+        certs = e.forget(req)
+        for c, ((delta_u, gamma, shift), floor) in zip(certs, expected):
+            assert (c.details["Delta_u"], c.details["Gamma"], c.details["shift"]) == (delta_u, gamma, shift)
+            assert c.details["roundoff_floor"] == floor
