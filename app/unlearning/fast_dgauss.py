@@ -268,15 +268,20 @@ def _gauss_one(key, st, n, d, t, ttd, two_n, vmax, ymax):
             return (-x if neg == 1 else x), True, st
 
 
+def _key_word(key_bytes, j):
+    """Little-endian 32-bit word j of the 32-byte key (in uint64)."""
+    return (np.uint64(key_bytes[4 * j]) | (np.uint64(key_bytes[4 * j + 1]) << _S8)
+            | (np.uint64(key_bytes[4 * j + 2]) << _S16) | (np.uint64(key_bytes[4 * j + 3]) << _S24))
+
+
 def _kernel(key_bytes, pos0, start, n, d, t, ttd, two_n, vmax, ymax, out):
     """Fill out[start..] with draws from bit position pos0 of the keystream of the 32-byte key; (n, ..., ymax) =
     ``params``'s (N, D, t, t^2 D, 2N, vmax, ymax), passed as scalars (an int64 array built per call cost ~0.7 us).
     Returns (index of the first draw not completed = out.shape[0] when all are, bit position where it starts)."""
-    k = [_ZERO] * 8
-    for j in range(8):  # RFC 8439: the key as eight little-endian 32-bit words
-        k[j] = (np.uint64(key_bytes[4 * j]) | (np.uint64(key_bytes[4 * j + 1]) << _S8)
-                | (np.uint64(key_bytes[4 * j + 2]) << _S16) | (np.uint64(key_bytes[4 * j + 3]) << _S24))
-    key = (k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7])
+    # RFC 8439: the key as eight little-endian 32-bit words (a tuple built directly: a list here was a heap
+    # allocation per call)
+    key = (_key_word(key_bytes, 0), _key_word(key_bytes, 1), _key_word(key_bytes, 2), _key_word(key_bytes, 3),
+           _key_word(key_bytes, 4), _key_word(key_bytes, 5), _key_word(key_bytes, 6), _key_word(key_bytes, 7))
     st = (np.int64(pos0), np.int64(-1), (_ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO), False,
           np.int64(-1), _ZERO)
     for i in range(start, out.shape[0]):
@@ -377,7 +382,7 @@ def _discrete_release_kernel(key_bytes, theta, sensitivity, sigma, scale, radius
 
 
 _noise_step = fast._py_noise_step  # compiled here too, so that _release_kernel calls it without a dispatch
-_PY = {f.__name__: f for f in (_qr, _chacha_block, _word, _take, _bitlen, _randbelow, _bern_frac, _bern_exp_series,
+_PY = {f.__name__: f for f in (_qr, _key_word, _chacha_block, _word, _take, _bitlen, _randbelow, _bern_frac, _bern_exp_series,
                                _bern_exp_product, _gauss_one, _kernel)}
 _PY["_noise_step"] = _noise_step
 _PY["_release_kernel"] = _release_kernel
@@ -385,7 +390,7 @@ _PY["_ulp"] = _ulp
 _PY["_discrete_release_kernel"] = _discrete_release_kernel
 # every helper but the block function is inlined into the kernel (numba inline="always"): the bit reader's state
 # tuple then never crosses a call boundary (~25 % less time per draw than calls to the Bernoulli helpers)
-_INLINE = frozenset(("_ulp", "_qr", "_word", "_take", "_bitlen", "_randbelow", "_bern_frac", "_bern_exp_series",
+_INLINE = frozenset(("_ulp", "_qr", "_key_word", "_word", "_take", "_bitlen", "_randbelow", "_bern_frac", "_bern_exp_series",
                      "_bern_exp_product", "_gauss_one"))
 _compiled = None
 _compiled_release = None
@@ -528,6 +533,7 @@ def _finish(kernel, key, pos, start, prm, out, bits):
     return bits
 
 
+_F64 = np.dtype(np.float64)
 _P_MAX = math.isqrt(LIMIT // 2)   # sigma = p/q in lowest terms: 2N = 2 p^2 <= 2^62 iff p <= _P_MAX
 _TQ_MAX = math.isqrt(LIMIT)       # t^2 D = (t q)^2 <= 2^62 iff t q <= 2^31
 
@@ -581,7 +587,7 @@ def secure_discrete_release(theta: np.ndarray, sensitivity: float, sigma: float,
         kernel = _compiled_discrete_release
     elif not enabled:
         return None
-    if type(theta) is not np.ndarray or theta.dtype != np.float64 or theta.ndim != 1 or not theta.flags.c_contiguous:
+    if type(theta) is not np.ndarray or theta.dtype is not _F64 or theta.ndim != 1 or not theta.flags.c_contiguous:
         return None
     key = os.urandom(32)
     out = np.empty(theta.shape[0])

@@ -44,7 +44,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from . import fast, release
+from . import fast, fast_dgauss, release
 from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
                    Unlearner)
 from .calibration import (N_MAX, SIGMA_GRID_MAX, Checks, common_checks, construct, noise_norm_bound,
@@ -52,7 +52,7 @@ from .calibration import (N_MAX, SIGMA_GRID_MAX, Checks, common_checks, construc
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment, make_loss
-from .noise import NoiseSource
+from .noise import NoiseSource, SecureGaussianNoise
 from .schedules import Adaptive, CappedStronglyConvex, ConstantStep, Schedule, StronglyConvex
 
 SCHEDULES = ("strongly_convex_capped", "strongly_convex", "convex_constant", "regularized_convex", "adaptive")
@@ -506,8 +506,13 @@ class PassiveOLU(Unlearner):
         a = shift if shift >= floor else floor
         sigma = self.noise_multiplier(i) * a
         rho_i = 0.5 * (a / sigma) ** 2 if sigma > 0 else 0.0  # a^2/(2 sigma^2), the ratio first (no under/overflow)
-        self.theta, grid, sigma_used, sens_used = release.discrete_release(
-            self.theta, a, sigma, self.noise, scale=self.spec.domain_radius, radius=self.spec.domain_radius)
+        R = self.spec.domain_radius
+        res = None
+        if type(self.noise) is SecureGaussianNoise and sigma > 0.0:  # production: release.discrete_release's
+            res = fast_dgauss.secure_discrete_release(self.theta, a, sigma, R, R)  # compiled route, called directly
+        if res is None:
+            res = release.discrete_release(self.theta, a, sigma, self.noise, scale=R, radius=R)
+        self.theta, grid, sigma_used, sens_used = res
         if isinstance(self.schedule, Adaptive) and self.eta_script is None:
             self.schedule.forget_gradient_norms()  # later steps: public bound instead of the gradient norms
         self.n_charged = i
