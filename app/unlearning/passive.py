@@ -237,6 +237,14 @@ class PassiveOLU(Unlearner):
 
     # a model on which no forget could be certified is refused at creation (the restart family restarts instead)
     refuses_undeletable: ClassVar[bool] = True
+    # _gaussian_forget inlines shift_bound / log_gamma / roundoff_floor only where a class keeps them as defined
+    # here (the negative controls of tests/ override them to certify too little: they must take effect)
+    _inline_shift: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._inline_shift = (cls.shift_bound is PassiveOLU.shift_bound and cls.log_gamma is PassiveOLU.log_gamma
+                             and cls.roundoff_floor is PassiveOLU.roundoff_floor)
 
     @classmethod
     def needs_max_deletions(cls) -> bool:
@@ -490,7 +498,7 @@ class PassiveOLU(Unlearner):
         unchanged (= a'^2/(2 sigma'^2), CKS20 Thm 14)."""
         i = self.n_charged + 1
         schedule = self.schedule
-        if isinstance(schedule, Adaptive):
+        if not self._inline_shift or isinstance(schedule, Adaptive):
             delta_u, gamma, shift = self.shift_bound(u, tau)
             floor = self.roundoff_floor(u, tau)
         else:  # shift_bound and roundoff_floor inlined: the same float operations, one schedule.eta call
