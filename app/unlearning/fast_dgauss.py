@@ -30,7 +30,9 @@ Speed (d + 1 = 17 draws at sigma ~ 1e4 - 1e5, the size of a forget; 2-core VM sh
 keystream bits per draw (Bernoulli(num/den) reads 2 bits on average instead of bitlen(den) ~ 60); every helper
 is inlined into the kernel and the bit reader keeps its last word, ~0.15 us per draw, most of it branch
 mispredictions on random bits (the same 17 draws from a fixed key take half as long); ``secure_release`` draws,
-rounds to the grid and projects in one call (~2 us fixed: os.urandom, dispatch, first block).
+rounds to the grid and projects in one call (~2 us fixed: os.urandom, dispatch, first block);
+``secure_discrete_release`` also computes the grid, sigma', its 29-bit rounding and exact ratio in that call
+(release.discrete_release's production route: ~1-1.5 us of Python per forget less, bit-identical figures).
 
 Randomness.  Per call: one 256-bit ChaCha20 key from os.urandom (``noise.SecureRandomBits``) - 32 bytes from the
 kernel (~0.3 us) instead of reading every random bit from os.urandom (a 2 KiB read costs ~4 us, more than the
