@@ -214,3 +214,82 @@ def test_secure_release_hands_a_draw_outside_the_bounds_to_the_pure_path(monkeyp
     k = sample_discrete_gaussian_pure(10.0, 200, _KeyBits(key))
     assert np.abs(k).max() > 12 and stopped[0] < 200  # the kernel did stop
     np.testing.assert_array_equal(got, fast.grid_noise_step(theta, k, 2.0**-8, 0.9))
+
+
+class _KeyNoise:
+    """A noise source whose discrete draws are the pure sampler's on a known key (the general Python route)."""
+
+    def __init__(self, key: bytes):
+        self.key = key
+
+    def discrete_gaussian(self, sigma, size):
+        from app.unlearning.noise import sample_discrete_gaussian_pure
+        return sample_discrete_gaussian_pure(sigma, size, _KeyBits(self.key))
+
+
+def _release_cases(rng, count):
+    for i in range(count):
+        n = int(rng.integers(1, 70))
+        theta = rng.normal(size=n) * rng.uniform(1e-3, 3)
+        sens = float(10 ** rng.uniform(-22, 1)) if i % 7 else 0.0
+        sigma = float(10 ** rng.uniform(-3, 3)) * (sens if sens > 0 else 1e-6)
+        scale = float(10 ** rng.uniform(-2, 3))
+        radius = [None, scale, float(rng.uniform(0.05, 2))][i % 3]
+        yield theta, sens, sigma, scale, radius
+    # edge cases: sigma'/g below 1, beyond the kernel's bounds (Python route), a grid at the ulp floor, tiny shift
+    yield np.array([0.3, -0.2]), 1e-3, 1e-9, 1.0, 1.0
+    yield np.array([0.3, -0.2, 5.0]), 1e-3, 1e9, 1.0, None
+    yield np.full(17, 0.5), 1e-300, 1e-299, 1e3, 1.0
+    yield np.linspace(-1, 1, 17), 4.5e-21, 5e-20, 1.0, 1.0
+
+
+def test_secure_discrete_release_is_the_python_release_for_the_same_key(monkeypatch):
+    """discrete_release with the production source runs grid, sigma', the 29-bit rounding, the exact ratio, the
+    draws and the rounding in one compiled call (fast_dgauss.secure_discrete_release): for the same os.urandom key
+    every output is bit-identical to the Python route's (grid_resolution, sigma_for_fast_path, the pure sampler,
+    fast.grid_noise_step)."""
+    from app.unlearning import fast_dgauss
+    from app.unlearning.noise import SecureGaussianNoise
+    if not fast_dgauss.available():
+        pytest.skip("numba not available")
+    fast_dgauss.warm_up()
+    assert fast_dgauss._GRID_FACTOR == release.GRID_FACTOR
+    assert fast_dgauss._P_MAX_K == fast_dgauss._P_MAX and fast_dgauss._TQ_MAX_K == fast_dgauss._TQ_MAX
+    rng = np.random.default_rng(14)
+    compiled = []
+    kernel = fast_dgauss._compiled_discrete_release
+
+    def counting(*args):
+        r = kernel(*args)
+        compiled.append(r[0])
+        return r
+
+    monkeypatch.setattr(fast_dgauss, "_compiled_discrete_release", counting)
+    for theta, sens, sigma, scale, radius in _release_cases(rng, 300):
+        key = rng.bytes(32)
+        monkeypatch.setattr(fast_dgauss, "os", SimpleNamespace(urandom=lambda n, key=key: key))
+        got = release.discrete_release(theta, sens, sigma, SecureGaussianNoise(), scale=scale, radius=radius)
+        want = release.discrete_release(theta, sens, sigma, _KeyNoise(key), scale=scale, radius=radius)
+        assert got[1:] == want[1:], (sens, sigma, scale)
+        if compiled[-1] >= 0:  # (a sigma'/g beyond the kernel's bounds draws from noise's own os.urandom key)
+            np.testing.assert_array_equal(got[0], want[0])
+    assert sum(1 for d in compiled if d > 0) >= 290 and -1 in compiled  # both routes were taken
+
+
+def test_secure_discrete_release_redraws_when_the_kernel_stops(monkeypatch):
+    """When a draw leaves the kernel's bounds the same key is redrawn (pure path for that draw) and rounded by the
+    general route: the same published vector as the Python route."""
+    from app.unlearning import fast_dgauss
+    from app.unlearning.noise import SecureGaussianNoise
+    if not fast_dgauss.available():
+        pytest.skip("numba not available")
+    fast_dgauss.warm_up()
+    kernel = fast_dgauss._compiled_discrete_release
+    monkeypatch.setattr(fast_dgauss, "_compiled_discrete_release", lambda *a: (3,) + tuple(kernel(*a)[1:]))
+    key = bytes(range(32))
+    monkeypatch.setattr(fast_dgauss, "os", SimpleNamespace(urandom=lambda n: key))
+    theta = np.linspace(-1, 1, 40)
+    got = release.discrete_release(theta, 1e-2, 0.3, SecureGaussianNoise(), scale=1.0, radius=0.9)
+    want = release.discrete_release(theta, 1e-2, 0.3, _KeyNoise(key), scale=1.0, radius=0.9)
+    assert got[1:] == want[1:]
+    np.testing.assert_array_equal(got[0], want[0])

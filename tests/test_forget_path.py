@@ -294,3 +294,55 @@ def test_noise_step_without_compiled_path():
         assert np.array_equal(fast.grid_noise_step(theta, k, 2.0**-8, None), 2.0**-8 * (np.rint(theta * 2**8) + k))
     finally:
         fast.set_enabled(previous)
+
+
+@pytest.mark.parametrize("label,cls,kw,T,requests", CASES, ids=[c[0] for c in CASES])
+def test_inlined_shift_and_floor_equal_the_methods(label, cls, kw, T, requests):
+    """_gaussian_forget inlines shift_bound and roundoff_floor for the deterministic schedules (one schedule.eta
+    call, the constant factor of step_roundoff computed once): the certified Delta_u, Gamma, shift and round-off
+    floor must be the methods' values bit for bit, on every schedule and allocation, after earlier deletions too."""
+    e = cls(spec(**kw), SeededNoise(0))
+    X, y = mixed_stream(np.random.default_rng(0), T)
+    e.learn(X, y)
+    for req in requests:
+        tau = e.t
+        expected = []
+        for u in req:  # each deletion of a request sees the deletions before it (n_deletions grows)
+            expected.append((e.shift_bound(u, tau), e.roundoff_floor(u, tau)))
+            e.n_deletions += 1
+        e.n_deletions -= len(req)
+        certs = e.forget(req)
+        for c, ((delta_u, gamma, shift), floor) in zip(certs, expected):
+            assert (c.details["Delta_u"], c.details["Gamma"], c.details["shift"]) == (delta_u, gamma, shift)
+            assert c.details["roundoff_floor"] == floor
+
+
+def test_overridden_shift_methods_are_not_bypassed():
+    """The inlined shift/floor must not bypass a subclass's shift_bound, log_gamma or roundoff_floor (the
+    negative controls override them): such a subclass certifies what its methods say."""
+    class Halved(PassiveOLU):
+        def shift_bound(self, u, tau):
+            d, g, a = super().shift_bound(u, tau)
+            return d, g, a / 2.0
+
+    class NoFloor(PassiveOLU):
+        def roundoff_floor(self, u, tau):
+            return 0.0
+
+    class NoGamma(PassiveOLU):
+        def log_gamma(self, u, tau):
+            return 0.0
+
+    assert PassiveOLU._inline_shift and PassiveOLURestart._inline_shift
+    assert not (Halved._inline_shift or NoFloor._inline_shift or NoGamma._inline_shift)
+    kw = {"schedule": "strongly_convex", "l2": 0.05}
+    X, y = mixed_stream(np.random.default_rng(0), 300)
+    shifts = {}
+    for cls in (PassiveOLU, Halved, NoFloor, NoGamma):
+        e = cls(spec(**kw), SeededNoise(0))
+        e.learn(X, y)
+        c = e.forget([100])[0]
+        shifts[cls.__name__] = (c.details["shift"], c.details["roundoff_floor"], c.details["Gamma"])
+    assert shifts["Halved"][0] == shifts["PassiveOLU"][0] / 2.0
+    assert shifts["NoFloor"][1] == 0.0 < shifts["PassiveOLU"][1]
+    assert shifts["NoGamma"][2] == 1.0 > shifts["PassiveOLU"][2]

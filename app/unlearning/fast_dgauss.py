@@ -30,7 +30,9 @@ Speed (d + 1 = 17 draws at sigma ~ 1e4 - 1e5, the size of a forget; 2-core VM sh
 keystream bits per draw (Bernoulli(num/den) reads 2 bits on average instead of bitlen(den) ~ 60); every helper
 is inlined into the kernel and the bit reader keeps its last word, ~0.15 us per draw, most of it branch
 mispredictions on random bits (the same 17 draws from a fixed key take half as long); ``secure_release`` draws,
-rounds to the grid and projects in one call (~2 us fixed: os.urandom, dispatch, first block).
+rounds to the grid and projects in one call (~2 us fixed: os.urandom, dispatch, first block);
+``secure_discrete_release`` also computes the grid, sigma', its 29-bit rounding and exact ratio in that call
+(release.discrete_release's production route: ~1-1.5 us of Python per forget less, bit-identical figures).
 
 Randomness.  Per call: one 256-bit ChaCha20 key from os.urandom (``noise.SecureRandomBits``) - 32 bytes from the
 kernel (~0.3 us) instead of reading every random bit from os.urandom (a 2 KiB read costs ~4 us, more than the
@@ -268,15 +270,20 @@ def _gauss_one(key, st, n, d, t, ttd, two_n, vmax, ymax):
             return (-x if neg == 1 else x), True, st
 
 
+def _key_word(key_bytes, j):
+    """Little-endian 32-bit word j of the 32-byte key (in uint64)."""
+    return (np.uint64(key_bytes[4 * j]) | (np.uint64(key_bytes[4 * j + 1]) << _S8)
+            | (np.uint64(key_bytes[4 * j + 2]) << _S16) | (np.uint64(key_bytes[4 * j + 3]) << _S24))
+
+
 def _kernel(key_bytes, pos0, start, n, d, t, ttd, two_n, vmax, ymax, out):
     """Fill out[start..] with draws from bit position pos0 of the keystream of the 32-byte key; (n, ..., ymax) =
     ``params``'s (N, D, t, t^2 D, 2N, vmax, ymax), passed as scalars (an int64 array built per call cost ~0.7 us).
     Returns (index of the first draw not completed = out.shape[0] when all are, bit position where it starts)."""
-    k = [_ZERO] * 8
-    for j in range(8):  # RFC 8439: the key as eight little-endian 32-bit words
-        k[j] = (np.uint64(key_bytes[4 * j]) | (np.uint64(key_bytes[4 * j + 1]) << _S8)
-                | (np.uint64(key_bytes[4 * j + 2]) << _S16) | (np.uint64(key_bytes[4 * j + 3]) << _S24))
-    key = (k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7])
+    # RFC 8439: the key as eight little-endian 32-bit words (a tuple built directly: a list here was a heap
+    # allocation per call)
+    key = (_key_word(key_bytes, 0), _key_word(key_bytes, 1), _key_word(key_bytes, 2), _key_word(key_bytes, 3),
+           _key_word(key_bytes, 4), _key_word(key_bytes, 5), _key_word(key_bytes, 6), _key_word(key_bytes, 7))
     st = (np.int64(pos0), np.int64(-1), (_ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO), False,
           np.int64(-1), _ZERO)
     for i in range(start, out.shape[0]):
@@ -304,23 +311,98 @@ def _release_kernel(key_bytes, p, q, theta, grid, radius, out):
     return done
 
 
+_GRID_FACTOR = 2.0**10      # release.GRID_FACTOR (K); checked equal in tests/test_discrete_release.py
+_P_MAX_K = 1518500249       # math.isqrt(2^61): sigma = p/q in lowest terms, 2N = 2 p^2 <= 2^62 iff p <= this
+_TQ_MAX_K = 2147483648      # math.isqrt(2^62) = 2^31: t^2 D = (t q)^2 <= 2^62 iff t q <= this
+
+
+def _ulp(x):
+    """math.ulp(x) for a positive normal float (2^(e-53) for x = m 2^e, 0.5 <= m < 1)."""
+    m, e = math.frexp(x)
+    return math.ldexp(1.0, e - 53)
+
+
+def _discrete_release_kernel(key_bytes, theta, sensitivity, sigma, scale, radius, out):
+    """release.discrete_release for sigma > 0 in one compiled call: the grid (release.grid_resolution), the lattice
+    sensitivity and sigma' (release.discrete_release), sigma'/g rounded up to 29 significant bits
+    (sigma_for_fast_path), its exact ratio p/q in lowest terms (float.as_integer_ratio), the bounds of
+    ``secure_release``, then ``_release_kernel``.  Every float operation is the Python code's own (frexp, ldexp,
+    sqrt, ceil, *, /, +: correctly rounded, so the results are bit-identical; tests/test_discrete_release.py
+    compares them).  Returns (done, grid, sigma_used, sens_used): done = theta.shape[0] on success, -1 when an
+    input is outside what this function handles (not finite, sigma'/g beyond the kernel's bounds, ...; nothing
+    drawn, the caller takes the Python route), else the number of draws completed before one left the kernel's
+    int64 bounds (the caller redraws from the same key, as secure_release does)."""
+    n = theta.shape[0]
+    if not (sigma > 0.0 and sigma < math.inf and scale < math.inf and sensitivity < math.inf
+            and sensitivity >= 0.0):
+        return -1, 0.0, 0.0, 0.0
+    # release.grid_resolution (scale >= 1e-300 > the smallest normal float, so ulp is 2^(e - 53))
+    floor_g = _ulp(scale if scale > 1e-300 else 1e-300)
+    sqrt_n = math.sqrt(n)
+    base = sensitivity if sensitivity > 0.0 else sigma
+    m, e = math.frexp(base / (_GRID_FACTOR * sqrt_n))
+    grid = math.ldexp(1.0, e - 1)
+    if grid < floor_g:
+        grid = floor_g
+    if sensitivity > 0.0:
+        sens_used = sensitivity + grid * sqrt_n
+        sigma_used = sigma * (sens_used / sensitivity)
+    else:
+        sens_used = 0.0
+        sigma_used = sigma
+    # sigma_for_fast_path(sigma_used / grid)
+    x = sigma_used / grid
+    if not (x > 0.0 and x < math.inf):
+        return -1, 0.0, 0.0, 0.0
+    if x < 1.0:
+        s = math.ldexp(float(math.ceil(math.ldexp(x, 29))), -29)
+    else:
+        m, e = math.frexp(x)
+        s = math.ldexp(float(math.ceil(math.ldexp(m, 29))), e - 29)
+    sigma_used = s * grid
+    # s.as_integer_ratio(): s = M 2^E with M < 2^53 an integer, reduced to lowest terms
+    m, e = math.frexp(s)
+    mant = np.int64(math.ldexp(m, 53))
+    ex = e - 53
+    while ex < 0 and (mant & 1) == 0:
+        mant >>= 1
+        ex += 1
+    if ex >= 0:
+        if ex > 30 or mant > (_P_MAX_K >> ex):
+            return -1, 0.0, 0.0, 0.0
+        p = mant << ex
+        q = np.int64(1)
+    else:
+        if ex < -31:
+            return -1, 0.0, 0.0, 0.0
+        p = mant
+        q = np.int64(1) << (-ex)
+    if p > _P_MAX_K or (p // q + 1) * q > _TQ_MAX_K:
+        return -1, 0.0, 0.0, 0.0
+    done = _release_kernel(key_bytes, p, q, theta, grid, radius, out)
+    return done, grid, sigma_used, sens_used
+
+
 _noise_step = fast._py_noise_step  # compiled here too, so that _release_kernel calls it without a dispatch
-_PY = {f.__name__: f for f in (_qr, _chacha_block, _word, _take, _bitlen, _randbelow, _bern_frac, _bern_exp_series,
+_PY = {f.__name__: f for f in (_qr, _key_word, _chacha_block, _word, _take, _bitlen, _randbelow, _bern_frac, _bern_exp_series,
                                _bern_exp_product, _gauss_one, _kernel)}
 _PY["_noise_step"] = _noise_step
 _PY["_release_kernel"] = _release_kernel
+_PY["_ulp"] = _ulp
+_PY["_discrete_release_kernel"] = _discrete_release_kernel
 # every helper but the block function is inlined into the kernel (numba inline="always"): the bit reader's state
 # tuple then never crosses a call boundary (~25 % less time per draw than calls to the Bernoulli helpers)
-_INLINE = frozenset(("_qr", "_word", "_take", "_bitlen", "_randbelow", "_bern_frac", "_bern_exp_series",
+_INLINE = frozenset(("_ulp", "_qr", "_key_word", "_word", "_take", "_bitlen", "_randbelow", "_bern_frac", "_bern_exp_series",
                      "_bern_exp_product", "_gauss_one"))
 _compiled = None
 _compiled_release = None
+_compiled_discrete_release = None
 _lock = threading.Lock()
 
 
 def _compile():
     """njit every helper (callees first, rebinding the module names so callers compile against them)."""
-    global _compiled, _compiled_release
+    global _compiled, _compiled_release, _compiled_discrete_release
     with _lock:
         if _compiled is None:
             g = globals()
@@ -331,6 +413,7 @@ def _compile():
                 except Exception:  # pragma: no cover - e.g. no writable cache directory
                     g[name] = numba.njit(nogil=True, **opts)(f)
             _compiled_release = g["_release_kernel"]
+            _compiled_discrete_release = g["_discrete_release_kernel"]
             _compiled = g["_kernel"]
     return _compiled
 
@@ -341,6 +424,7 @@ def warm_up() -> None:
         k = _compile()
         k(bytes(32), 0, 0, *params(1.0)[4], np.empty(1, np.int64))
         _compiled_release(bytes(32), 1, 1, np.zeros(1), 1.0, 1.0, np.empty(1))
+        _compiled_discrete_release(bytes(32), np.zeros(1), 1.0, 1.0, 1.0, 1.0, np.empty(1))
 
 
 _warming = False
@@ -451,6 +535,7 @@ def _finish(kernel, key, pos, start, prm, out, bits):
     return bits
 
 
+_F64 = np.dtype(np.float64)
 _P_MAX = math.isqrt(LIMIT // 2)   # sigma = p/q in lowest terms: 2N = 2 p^2 <= 2^62 iff p <= _P_MAX
 _TQ_MAX = math.isqrt(LIMIT)       # t^2 D = (t q)^2 <= 2^62 iff t q <= 2^31
 
@@ -487,3 +572,38 @@ def secure_release(theta: np.ndarray, sigma: float, grid: float, radius: float |
     if done < k.shape[0]:
         _finish(_compiled, key, pos, done, prm, k, None)
     return fast.grid_noise_step(theta, k, grid, radius)
+
+
+def secure_discrete_release(theta: np.ndarray, sensitivity: float, sigma: float, scale: float,
+                            radius: float | None) -> tuple[np.ndarray, float, float, float] | None:
+    """release.discrete_release(theta, sensitivity, sigma, SecureGaussianNoise(), scale=scale, radius=radius) for
+    sigma > 0 in one compiled call (``_discrete_release_kernel``): the same (published, grid, sigma_used,
+    sensitivity_used), bit for bit, for the same key.  None when the compiled path does not apply (no numba,
+    switched off, theta not a float64 vector, an input the kernel hands back): the caller takes the Python route.
+    The key is 32 fresh os.urandom bytes, as ``secure_release``'s; nothing is kept."""
+    kernel = _compiled_discrete_release
+    if kernel is None:
+        if not enabled or numba is None:
+            return None
+        _compile()
+        kernel = _compiled_discrete_release
+    elif not enabled:
+        return None
+    if type(theta) is not np.ndarray or theta.dtype is not _F64 or theta.ndim != 1 or not theta.flags.c_contiguous:
+        return None
+    key = os.urandom(32)
+    out = np.empty(theta.shape[0])
+    done, grid, sigma_used, sens_used = kernel(key, theta, float(sensitivity), float(sigma), float(scale),
+                                               math.inf if radius is None else float(radius), out)
+    if done == out.shape[0]:
+        return out, grid, sigma_used, sens_used
+    if done < 0:
+        return None
+    # a draw left the kernel's bounds (rare, module docstring): as secure_release, the same draws again from the
+    # same key, the pure path for the ones outside the bounds, then the general rounding
+    k = np.empty(theta.shape[0], dtype=np.int64)
+    prm = params(sigma_used / grid)[4]
+    done, pos = _compiled(key, 0, 0, *prm, k)
+    if done < k.shape[0]:
+        _finish(_compiled, key, pos, done, prm, k, None)
+    return fast.grid_noise_step(np.ascontiguousarray(theta), k, grid, radius), grid, sigma_used, sens_used

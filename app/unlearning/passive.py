@@ -44,15 +44,15 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from . import fast, release
+from . import fast, fast_dgauss, release
 from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
                    Unlearner)
-from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
-                          require_release_feasible, update_norm_bound)
+from .calibration import (N_MAX, SIGMA_GRID_MAX, Checks, common_checks, construct, noise_norm_bound,
+                          release_checks, release_ratio_bound, require_release_feasible, update_norm_bound)
 from .certificate import Certificate
 from .domain import project_l2_ball
 from .losses import augment, make_loss
-from .noise import NoiseSource
+from .noise import NoiseSource, SecureGaussianNoise
 from .schedules import Adaptive, CappedStronglyConvex, ConstantStep, Schedule, StronglyConvex
 
 SCHEDULES = ("strongly_convex_capped", "strongly_convex", "convex_constant", "regularized_convex", "adaptive")
@@ -140,6 +140,8 @@ class PassiveOLU(Unlearner):
         self.rho_spent = 0.0
         self.eta_script: Any = None  # reference runs only: global step -> public eta of the actual run (adaptive)
         self.last_eta = math.nan
+        self._feasible_through = 0  # omega series: every deletion index <= this passed the release check (_precheck)
+        self._roundoff_k = release.ROUNDOFF_C * (spec.dim + 1 + 2) * release.U64  # step_roundoff's C (n + 2) u_64
 
     def _make_schedule(self) -> Schedule:
         name, hp = self.schedule_name, self.hp
@@ -235,6 +237,14 @@ class PassiveOLU(Unlearner):
 
     # a model on which no forget could be certified is refused at creation (the restart family restarts instead)
     refuses_undeletable: ClassVar[bool] = True
+    # _gaussian_forget inlines shift_bound / log_gamma / roundoff_floor only where a class keeps them as defined
+    # here (the negative controls of tests/ override them to certify too little: they must take effect)
+    _inline_shift: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._inline_shift = (cls.shift_bound is PassiveOLU.shift_bound and cls.log_gamma is PassiveOLU.log_gamma
+                             and cls.roundoff_floor is PassiveOLU.roundoff_floor)
 
     @classmethod
     def needs_max_deletions(cls) -> bool:
@@ -442,7 +452,16 @@ class PassiveOLU(Unlearner):
                 f"(max_deletions={self.capacity}); an exact retrain is required")
         if self.capacity is None and steps:
             i = self.n_charged + len(steps)
-            require_release_feasible(self.noise_multiplier(i), self.spec.n_params, i)
+            if i > self._feasible_through:
+                n = self.spec.n_params
+                require_release_feasible(self.noise_multiplier(i), n, i)
+                # the multiplier grows with i (omega > 1), so a feasible index covers every smaller one: look
+                # ahead once so that the next forgets skip the check (a public function of the spec and i)
+                try:
+                    ahead = 2 * i if release_ratio_bound(self.noise_multiplier(2 * i), n) <= SIGMA_GRID_MAX else i
+                except OverflowError:
+                    ahead = i
+                self._feasible_through = ahead
 
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
         steps = list(map(int, steps))
@@ -467,19 +486,41 @@ class PassiveOLU(Unlearner):
         c = self.schedule.gamma(1) if isinstance(self.schedule, ConstantStep) else 1.0
         return release.roundoff_floor(e, tau - u + 1, c) + release.roundoff_floor(e, self.n_deletions, 1.0)
 
+    def _roundoff_per_step(self, step_norm: float) -> float:
+        """release.step_roundoff(d + 1, R, step_norm), the constant factor C (n + 2) u_64 computed once (the same
+        float operations in the same order)."""
+        return self._roundoff_k * (self.spec.domain_radius + step_norm)
+
     def _gaussian_forget(self, u: int, tau: int) -> Certificate:
         """One deletion: certified shift a = max(Delta_u Gamma(u, tau), round-off floor) (issue 14 case 2), sigma_i
         = noise_multiplier(i) a, released through the discrete Gaussian (release.py), which reports the grid g and
         the lattice sensitivity a' = a + g sqrt(d + 1) with sigma' = sigma_i a'/a; rho_i = a^2/(2 sigma_i^2) is
         unchanged (= a'^2/(2 sigma'^2), CKS20 Thm 14)."""
         i = self.n_charged + 1
-        delta_u, gamma, shift = self.shift_bound(u, tau)
-        floor = self.roundoff_floor(u, tau)
+        schedule = self.schedule
+        if not self._inline_shift or isinstance(schedule, Adaptive):
+            delta_u, gamma, shift = self.shift_bound(u, tau)
+            floor = self.roundoff_floor(u, tau)
+        else:  # shift_bound and roundoff_floor inlined: the same float operations, one schedule.eta call
+            start = self.epoch_start
+            delta_u = schedule.eta(u - start) * self.L
+            gamma = math.exp(schedule.log_gamma_sum(u - start, tau - start))
+            shift = delta_u * gamma
+            e = self._roundoff_per_step(delta_u)
+            floor = release.roundoff_floor(e, tau - u + 1, schedule.g if isinstance(schedule, ConstantStep) else 1.0)
+            n_del = self.n_deletions
+            if n_del > 0 and not e <= 0.0:
+                floor += 2.0 * e * float(n_del)  # release.roundoff_floor(e, n_deletions, 1.0)
         a = shift if shift >= floor else floor
         sigma = self.noise_multiplier(i) * a
         rho_i = 0.5 * (a / sigma) ** 2 if sigma > 0 else 0.0  # a^2/(2 sigma^2), the ratio first (no under/overflow)
-        self.theta, grid, sigma_used, sens_used = release.discrete_release(
-            self.theta, a, sigma, self.noise, scale=self.spec.domain_radius, radius=self.spec.domain_radius)
+        R = self.spec.domain_radius
+        res = None
+        if type(self.noise) is SecureGaussianNoise and sigma > 0.0:  # production: release.discrete_release's
+            res = fast_dgauss.secure_discrete_release(self.theta, a, sigma, R, R)  # compiled route, called directly
+        if res is None:
+            res = release.discrete_release(self.theta, a, sigma, self.noise, scale=R, radius=R)
+        self.theta, grid, sigma_used, sens_used = res
         if isinstance(self.schedule, Adaptive) and self.eta_script is None:
             self.schedule.forget_gradient_norms()  # later steps: public bound instead of the gradient norms
         self.n_charged = i

@@ -122,7 +122,14 @@ def discrete_release(theta: np.ndarray, sensitivity: float, sigma: float, noise,
     have; sigma_used = sigma Delta'/Delta (rounded up slightly, see below) keeps
     Delta'^2 / (2 sigma_used^2) <= Delta^2 / (2 sigma^2), the charge the family certified (CKS20 Thm 14).
     With sigma = 0 nothing is noised (an exact release): theta is returned as is, grid 0.
+    With the production source (SecureGaussianNoise) everything below, from the grid to the projection, runs in
+    one compiled call (fast_dgauss.secure_discrete_release: the same float operations, bit-identical figures and
+    output for the same key; tests/test_discrete_release.py); inputs it does not handle take this Python route.
     """
+    if sigma > 0.0 and type(noise) is SecureGaussianNoise:  # production: the whole release in one compiled call
+        res = fast_dgauss.secure_discrete_release(theta, sensitivity, sigma, scale, radius)  # (same figures, below)
+        if res is not None:
+            return res
     n = int(theta.shape[0])
     if not sigma > 0.0:
         out = np.array(theta, dtype=np.float64) if radius is None else fast.project(theta, radius)
