@@ -346,3 +346,18 @@ def test_overridden_shift_methods_are_not_bypassed():
     assert shifts["Halved"][0] == shifts["PassiveOLU"][0] / 2.0
     assert shifts["NoFloor"][1] == 0.0 < shifts["PassiveOLU"][1]
     assert shifts["NoGamma"][2] == 1.0 > shifts["PassiveOLU"][2]
+
+
+def test_inlined_roundoff_floor_counts_every_softmax_parameter():
+    """The inlined floor's constant C (n + 2) u_64 uses the flattened parameter count K (d + 1) of a softmax model,
+    as roundoff_floor (release.step_roundoff over spec.n_params) does."""
+    base = spec("convex_constant", l2=0.02, eta=0.5, rho=2.0)
+    s = dataclasses.replace(base, loss="softmax", n_classes=4)
+    e = PassiveOLU(s, SeededNoise(0))
+    X, _ = mixed_stream(np.random.default_rng(0), 200)
+    e.learn(X, np.random.default_rng(1).integers(0, 4, 200).astype(float))
+    tau = e.t
+    floor = e.roundoff_floor(10, tau)
+    (c,) = e.forget([10])
+    assert c.details["roundoff_floor"] == floor > 0
+    assert e._roundoff_k == pytest.approx(PassiveOLU(base)._roundoff_k * (4 * 4 + 2) / (4 + 2), rel=1e-12)

@@ -141,7 +141,7 @@ class PassiveOLU(Unlearner):
         self.eta_script: Any = None  # reference runs only: global step -> public eta of the actual run (adaptive)
         self.last_eta = math.nan
         self._feasible_through = 0  # omega series: every deletion index <= this passed the release check (_precheck)
-        self._roundoff_k = release.ROUNDOFF_C * (spec.dim + 1 + 2) * release.U64  # step_roundoff's C (n + 2) u_64
+        self._roundoff_k = release.ROUNDOFF_C * (spec.n_params + 2) * release.U64  # step_roundoff's C (n + 2) u_64
 
     def _make_schedule(self) -> Schedule:
         name, hp = self.schedule_name, self.hp
@@ -487,7 +487,7 @@ class PassiveOLU(Unlearner):
         return release.roundoff_floor(e, tau - u + 1, c) + release.roundoff_floor(e, self.n_deletions, 1.0)
 
     def _roundoff_per_step(self, step_norm: float) -> float:
-        """release.step_roundoff(d + 1, R, step_norm), the constant factor C (n + 2) u_64 computed once (the same
+        """release.step_roundoff(n_params, R, step_norm), the constant factor C (n + 2) u_64 computed once (the same
         float operations in the same order)."""
         return self._roundoff_k * (self.spec.domain_radius + step_norm)
 
