@@ -12,7 +12,7 @@ from .api import admin, audit, models, problems, system
 from .api.limits import BodySizeLimit
 from .api.ratelimit import AuthFailureThrottle, RateLimit
 from .config import Settings
-from .crypto import load_cipher
+from .crypto import Cipher, load_cipher
 from .db.migrate import migration_status, upgrade_to_head
 from .db.session import Database
 from .observability import Metrics, ObservabilityMiddleware, configure_logging
@@ -69,9 +69,10 @@ def check_settings(settings: Settings) -> None:
             "python -c 'import secrets; print(secrets.token_urlsafe(32))', or unset it to serve without an admin.")
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or Settings()
-    check_settings(settings)
+def open_storage(settings: Settings) -> tuple[Database, Cipher]:
+    """The database and the at-rest cipher, migrated when auto_migrate is on, the SQLite WAL scrubbed (crash
+    recovery: WAL frames of a forget that committed before a crash go, docs/operations.md). Shared by the API and
+    ``olu consume``."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(settings.resolved_database_url, sqlite_synchronous=settings.sqlite_synchronous)
     cipher = load_cipher(settings.data_dir,
@@ -79,7 +80,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                          settings.encryption_keys_old.get_secret_value() if settings.encryption_keys_old else None)
     if settings.auto_migrate:
         upgrade_to_head(db.engine, cipher)
-    db.scrub_wal()  # crash recovery: WAL frames of a forget that committed before a crash go (docs/operations.md)
+    db.scrub_wal()
+    return db, cipher
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    check_settings(settings)
+    db, cipher = open_storage(settings)
     keyring = load_or_create_keyring(
         settings.data_dir,
         settings.signing_key.get_secret_value() if settings.signing_key else None,

@@ -46,3 +46,16 @@ def verify_receipt(receipt: dict, public_keys: list[dict]) -> bool:
 def _b64decode_any(s: str) -> bytes:
     s = s.replace("-", "+").replace("_", "/")
     return base64.b64decode(s + "=" * (-len(s) % 4))
+
+
+def all_receipts(client, model_id: str) -> list[dict]:
+    """Every receipt of a model's deletion log, page by page."""
+    out, cursor = [], None
+    while True:
+        page = client.get(f"/v1/models/{model_id}/deletions",
+                          params={"limit": 200, **({"cursor": cursor} if cursor else {})})
+        assert page.status_code == 200, page.text
+        out += page.json()["items"]
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            return out

@@ -28,7 +28,7 @@ import httpx
 import numpy as np
 import pytest
 
-from .helpers import create_model, unit_rows, verify_receipt
+from .helpers import all_receipts, create_model, unit_rows, verify_receipt
 from .procs import ServiceProcess, service_env
 
 KILLS = 4
@@ -92,17 +92,6 @@ def _statuses(c: httpx.Client, mid: str, rid: str) -> list[dict]:
         return []
     assert r.status_code == 200, r.text
     return [m for m in r.json()["models"] if m["model_id"] == mid]
-
-
-def _all_receipts(c: httpx.Client, mid: str) -> list[dict]:
-    out, cursor = [], None
-    while True:
-        page = c.get(f"/v1/models/{mid}/deletions", params={"limit": 200, **({"cursor": cursor} if cursor else {})})
-        assert page.status_code == 200, page.text
-        out += page.json()["items"]
-        cursor = page.json()["next_cursor"]
-        if cursor is None:
-            return out
 
 
 def _params_sha256(p: dict) -> str:
@@ -170,7 +159,7 @@ def _check(svc: ServiceProcess, key: str, mid: str, d: Driver, seed: int) -> Non
         assert model["n_forgotten"] == len(forgotten_ids), note
         assert model["version"] == 1 + len(applied_batches) + applied_unlearns, note
 
-        receipts = _all_receipts(c, mid)
+        receipts = all_receipts(c, mid)
         assert len(receipts) == len(forgotten_ids) == len({r["record_commitment"] for r in receipts}), note
         by_id = {r["id"]: r for r in receipts}
         for rid, rc in d.forgotten.items():

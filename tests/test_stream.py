@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from .conftest import free_port
-from .helpers import create_model, unit_rows, verify_receipt
+from .helpers import all_receipts, create_model, unit_rows, verify_receipt
 
 REPO = Path(__file__).resolve().parents[1]
 NATS_URL = "nats://127.0.0.1:4222"
@@ -220,17 +220,6 @@ def unlearn_event(eid: str, ids: list[str], **kw) -> dict:
     return {"id": eid, "kind": "unlearn", "body": {"ids": ids}, **kw}
 
 
-def _all_receipts(c, mid: str) -> list[dict]:
-    out, cursor = [], None
-    while True:
-        page = c.get(f"/v1/models/{mid}/deletions", params={"limit": 200, **({"cursor": cursor} if cursor else {})})
-        assert page.status_code == 200, page.text
-        out += page.json()["items"]
-        cursor = page.json()["next_cursor"]
-        if cursor is None:
-            return out
-
-
 def _stream_rows(database_url: str, tenant_id: str) -> list[tuple]:
     from sqlalchemy import create_engine, text
 
@@ -283,7 +272,7 @@ def test_happy_path_learn_unlearn_receipts_published_and_metrics(setup, tmp_path
     assert by_event["U0"][0] == f"{broker.reply_prefix}.mine"  # the event's own reply subject
     model = c.get(f"/v1/models/{mid}").json()
     assert model["step"] == 14 and model["n_forgotten"] == 3
-    stored = {r["id"]: r for r in _all_receipts(c, mid)}
+    stored = {r["id"]: r for r in all_receipts(c, mid)}
     published = [r for e in ("U0", "U1") for r in by_event[e][1]["receipts"]]
     assert sorted(r["id"] for r in published) == sorted(stored)  # every receipt published, once
     keys = c.get("/v1/keys").json()["keys"]
@@ -369,7 +358,7 @@ def test_duplicate_event_ids_are_applied_once(setup, tmp_path):
     rows = _stream_rows(server.database_url, tenant_id)
     assert sorted(r[0] for r in rows) == ["E0", "E1"]
     receipts = [r["id"] for s, b, h in got for r in b.get("receipts", [])]
-    assert len(receipts) == len(set(receipts)) == 1 == len(_all_receipts(c, mid))
+    assert len(receipts) == len(set(receipts)) == 1 == len(all_receipts(c, mid))
     reused = [b for s, b, h in got if b.get("type", "").endswith("/event-id-reused")]
     assert len(reused) == 1 and reused[0]["stream_seq"] == 5
 
@@ -506,7 +495,7 @@ def _crash(server, tenant_id, key, c, broker, tmp_path):
     assert model["step"] == model["n_records"] == learned, note
     assert model["n_forgotten"] == len(forgotten), note
     assert model["version"] == 1 + len({r[3] for r in rows}), f"a write was applied twice or unrecorded {note}"
-    stored = {r["id"]: r for r in _all_receipts(c, mid)}
+    stored = {r["id"]: r for r in all_receipts(c, mid)}
     assert len(stored) == len(forgotten), note
     published = {}
     for s, b, h in got:

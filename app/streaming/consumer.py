@@ -271,23 +271,14 @@ def _why(db, api_key: str) -> str:
 
 def build(settings, api_key: str, config: ConsumerConfig) -> tuple[Consumer, Any]:
     """The consumer on the configured database, signing receipts with the service's key ring (as the API)."""
-    from ..crypto import load_cipher
-    from ..db.migrate import upgrade_to_head
-    from ..db.session import Database
+    from ..main import open_storage
     from ..receipts.keys import load_or_create_keyring
     from ..registry import ModelRegistry
     from ..services.models import ModelService
     from ..services.receipts import ReceiptIssuer
     from ..services.tenants import TenantService
 
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    db = Database(settings.resolved_database_url, sqlite_synchronous=settings.sqlite_synchronous)
-    cipher = load_cipher(settings.data_dir,
-                         settings.encryption_key.get_secret_value() if settings.encryption_key else None,
-                         settings.encryption_keys_old.get_secret_value() if settings.encryption_keys_old else None)
-    if settings.auto_migrate:
-        upgrade_to_head(db.engine, cipher)
-    db.scrub_wal()
+    db, cipher = open_storage(settings)
     keyring = load_or_create_keyring(settings.data_dir,
                                      settings.signing_key.get_secret_value() if settings.signing_key else None,
                                      settings.signing_key_file)
