@@ -9,7 +9,8 @@ COPY pyproject.toml README.md ./
 COPY app ./app
 COPY migrations ./migrations
 COPY alembic.ini ./
-RUN pip install . && useradd --system --uid 10001 --home /srv olu && mkdir -p /data && chown olu /data
+# the stream extra (nats-py) lets the same image run the broker worker: docker run IMAGE olu consume ...
+RUN pip install '.[stream]' && useradd --system --uid 10001 --home /srv olu && mkdir -p /data && chown olu /data
 
 USER olu
 VOLUME ["/data"]
