@@ -49,6 +49,7 @@ from app.unlearning.retrain import RetrainOGD
 from app.unlearning.second_order import SecondOrderOLU
 
 from . import regret_table1 as table1
+from .regret_table1 import schedule  # the deletion events, shared with Table 1
 
 MU, RADIUS, RHO, EPSILON, DELTA = 0.01, 12.0, 0.01747, 1.0, 1e-6
 KS = (0, 10, 100)
@@ -70,15 +71,6 @@ def datasets():
         X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)  # every row on the unit sphere
         order = np.random.default_rng(0).permutation(len(y))
         out[name] = (X[order], np.asarray(y, dtype=np.float64)[order])
-    return out
-
-
-def schedule(T: int, k: int) -> list[tuple[int, int]]:
-    taus = [round(i * T / (k + 1)) for i in range(1, k + 1)]
-    out, prev = [], 0
-    for tau in taus:
-        out.append((tau, prev + math.ceil((tau - prev) / 2)))
-        prev = tau
     return out
 
 

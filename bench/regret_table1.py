@@ -152,6 +152,8 @@ def make_engine(fam: Family, dim: int, T: int, k: int, seed: int = SEED):
 
 
 def schedule(T: int, k: int) -> list[tuple[int, int]]:
+    """k deletion events (tau_i, u_i): at tau_i = round(i T/(k+1)), forget the middle record u_i of block i
+    (both tables of bench.regret)."""
     taus = [round(i * T / (k + 1)) for i in range(1, k + 1)]
     out, prev = [], 0
     for tau in taus:
