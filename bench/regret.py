@@ -29,7 +29,6 @@ z*_i = argmin_K sum_{t<=T} f_t - sum_{j<=i} f_{u_j} (computed by L-BFGS).  Noise
 from __future__ import annotations
 
 import argparse
-import math
 import pickle
 import time
 from pathlib import Path

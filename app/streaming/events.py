@@ -93,6 +93,11 @@ def _decode(data: bytes, content_type: str | None) -> Any:
         return json.loads(data)  # NaN / Infinity literals decode, then fail the finiteness checks like HTTP
 
 
+def _invalid(detail: str, loc: list[str], msg: str, type_: str) -> dict[str, Any]:
+    """A 422 validation problem about the event envelope, with one error at ``event.<loc>``."""
+    return problem_body(422, "validation-error", detail, errors=[{"loc": ["event", *loc], "msg": msg, "type": type_}])
+
+
 def decode_event(data: bytes, headers: dict[str, str] | None, *, stream: str, seq: int, subject: str,
                  model_id: str, msg: Any = None, redelivered: bool = False) -> Event:
     """Decode one message into an Event; a malformed one comes back with ``problem`` set (never raises)."""
@@ -104,41 +109,35 @@ def decode_event(data: bytes, headers: dict[str, str] | None, *, stream: str, se
     try:
         env = _decode(data or b"", content_type)
     except Exception:  # noqa: BLE001 - any undecodable payload is the producer's
-        ev.problem = problem_body(422, "validation-error", "The event is not a JSON (or msgpack) object.",
-                                  errors=[{"loc": ["event"], "msg": "decode error", "type": "json_invalid"}])
+        ev.problem = _invalid("The event is not a JSON (or msgpack) object.", [], "decode error", "json_invalid")
         return ev
     if not isinstance(env, dict):
-        ev.problem = problem_body(422, "validation-error", "The event must be an object.",
-                                  errors=[{"loc": ["event"], "msg": "Input should be an object", "type": "dict_type"}])
+        ev.problem = _invalid("The event must be an object.", [], "Input should be an object", "dict_type")
         return ev
     eid = env.get("id")
     if isinstance(eid, str) and 0 < len(eid) <= MAX_EVENT_ID and eid.isprintable():
         ev.event_id = eid
     else:
-        ev.problem = problem_body(422, "validation-error", f"The event needs an id: 1 to {MAX_EVENT_ID} printable "
-                                  "characters.", errors=[{"loc": ["event", "id"], "msg": "invalid event id",
-                                                          "type": "string_type"}])
+        ev.problem = _invalid(f"The event needs an id: 1 to {MAX_EVENT_ID} printable characters.", ["id"],
+                              "invalid event id", "string_type")
         return ev
     kind = env.get("kind")
     if kind not in KINDS:
-        ev.problem = problem_body(422, "validation-error", "kind must be 'learn' or 'unlearn'.",
-                                  errors=[{"loc": ["event", "kind"], "msg": "Input should be 'learn' or 'unlearn'",
-                                           "type": "literal_error"}])
+        ev.problem = _invalid("kind must be 'learn' or 'unlearn'.", ["kind"], "Input should be 'learn' or 'unlearn'",
+                              "literal_error")
         return ev
     ev.kind = kind
     reply = env.get("reply_to")
     if reply is not None:
         if not valid_subject(reply):
-            ev.problem = problem_body(422, "validation-error", "reply_to must be a NATS subject without wildcards.",
-                                      errors=[{"loc": ["event", "reply_to"], "msg": "invalid subject",
-                                               "type": "value_error"}])
+            ev.problem = _invalid("reply_to must be a NATS subject without wildcards.", ["reply_to"],
+                                  "invalid subject", "value_error")
             return ev
         ev.reply_to = reply
     named = env.get("model_id")
     if named is not None and named != model_id:
-        ev.problem = problem_body(422, "validation-error", "model_id differs from the model of the subject.",
-                                  errors=[{"loc": ["event", "model_id"], "msg": "does not match the subject",
-                                           "type": "value_error"}])
+        ev.problem = _invalid("model_id differs from the model of the subject.", ["model_id"],
+                              "does not match the subject", "value_error")
         return ev
     body = env.get("body")
     try:
