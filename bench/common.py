@@ -1,6 +1,7 @@
 """Shared helpers of the benchmark runner (``python -m bench``): timing, specs, machine description."""
 from __future__ import annotations
 
+import math
 import os
 import platform
 import statistics
@@ -66,3 +67,17 @@ def fmt_time(s: float | None) -> str:
     if s is None:
         return "-"
     return f"{s * 1e6:.0f} us" if s < 1e-3 else f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def projected_time(history: list[tuple[int, float]], n: int) -> float:
+    """Time at size n extrapolated from the measured (size, seconds): t_last (n / n_last)^k, k >= 1 the growth
+    exponent between the last two sizes; 0 with nothing measured yet."""
+    if not history:
+        return 0.0
+    n2, t2 = history[-1]
+    k = 1.0
+    if len(history) >= 2:
+        n1, t1 = history[-2]
+        if t1 > 0 and t2 > 0 and n2 > n1:
+            k = max(1.0, math.log(t2 / t1) / math.log(n2 / n1))
+    return t2 * (n / n2) ** k

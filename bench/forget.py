@@ -26,14 +26,13 @@ learning is superlinear in n are capped before a 15-minute run rather than after
 """
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 
 from app.unlearning import ALGORITHMS, ArrayRetained, CapacityExhausted, fast, fast_dgauss
 
-from .common import median_time, spec, stream
+from .common import median_time, projected_time, spec, stream
 
 D = 16
 MAX_FORGETS, MIN_FORGETS, FORGET_BUDGET_S = 50, 5, 2.0
@@ -66,18 +65,6 @@ def _learn(algorithm: str, n: int, X: np.ndarray, y: np.ndarray, noise=None):
     return e, np.concatenate(steps)
 
 
-def _projected(history: list[tuple[int, float]], n: int) -> float:
-    """Learning time at n extrapolated from the measured (size, seconds): t_last (n / n_last)^k, k >= 1 the growth
-    exponent between the last two sizes."""
-    n2, t2 = history[-1]
-    k = 1.0
-    if len(history) >= 2:
-        n1, t1 = history[-2]
-        if t1 > 0 and t2 > 0 and n2 > n1:
-            k = max(1.0, math.log(t2 / t1) / math.log(n2 / n1))
-    return t2 * (n / n2) ** k
-
-
 def run(quick: bool, families: list[str] | None = None, sizes: tuple[int, ...] | None = None) -> dict:
     sizes = sizes or ((1_000, 10_000) if quick else (1_000, 10_000, 100_000, 1_000_000))
     cap_s = 8.0 if quick else 90.0  # per (family, size) projected learning time
@@ -92,7 +79,7 @@ def run(quick: bool, families: list[str] | None = None, sizes: tuple[int, ...] |
             continue
         rows, capped, history = [], [], []
         for n in sizes:
-            if history and _projected(history, n) > cap_s:
+            if history and projected_time(history, n) > cap_s:
                 capped.append(n)
                 continue
             X, y = X_all[:n], y_all[:n]

@@ -52,6 +52,8 @@ from app.unlearning import ALGORITHMS, ArrayRetained, ModelSpec
 from app.unlearning.losses import augment
 from app.unlearning.noise import SeededNoise
 
+from .common import projected_time
+
 MU, RADIUS, EPSILON, DELTA = 0.01, 12.0, 1.0, 1e-6
 RHO = rho_from_epsilon_delta(EPSILON, DELTA, conversion="cks20")  # what the service charges (app/registry.py)
 SIZES, QUICK_SIZES = (1_000, 10_000, 100_000), (1_000, 10_000)
@@ -317,7 +319,7 @@ def run(sizes=SIZES, ks=KS, families=FAMILIES, cap_s: float = CAP_S, data=None, 
                     continue
                 fam = row.family
                 hist = history[fam.label]
-                projected = _projected(hist, T)
+                projected = projected_time(hist, T)
                 if projected > cap_s:
                     times = fallback_cost(fam, X, y, T, k, FALLBACK_FORGETS)
                     row.cells[T] = Cell(cost_s=float(statistics.median(times)), n_timed=len(times), fallback=True,
@@ -343,18 +345,6 @@ def run(sizes=SIZES, ks=KS, families=FAMILIES, cap_s: float = CAP_S, data=None, 
                     row.digits = measure(row.family, Xd, yd, events, T, k, comp, seeds)
     return {"rows": rows, "sizes": list(sizes), "ks": list(ks), "elapsed_s": time.perf_counter() - start, "seeds": seeds,
             "comparator_s": comp_s, "cap_s": cap_s, "d": X_all.shape[1], "with_digits": with_digits}
-
-
-def _projected(history: list[tuple[int, float]], T: int) -> float:
-    if not history:
-        return 0.0
-    n2, t2 = history[-1]
-    p = 1.0
-    if len(history) >= 2:
-        n1, t1 = history[-2]
-        if t1 > 0 and t2 > 0 and n2 > n1:
-            p = max(1.0, math.log(t2 / t1) / math.log(n2 / n1))
-    return t2 * (T / n2) ** p
 
 
 # ---- output --------------------------------------------------------------------------------------------------
