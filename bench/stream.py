@@ -32,7 +32,7 @@ import httpx
 import orjson
 
 from .common import stream as make_stream
-from .ingest import D, Server, _pg_database
+from .ingest import D, Server, _new_model, _pg_database
 
 ROOT = Path(__file__).resolve().parents[1]
 NATS = "nats://127.0.0.1:4222"
@@ -47,14 +47,6 @@ def _nats_up() -> bool:
         return True
     except (ImportError, OSError):
         return False
-
-
-def _model(c: httpx.Client) -> str:
-    r = c.post("/v1/models", json={"name": "bench", "algorithm": "passive_olu", "loss": "logistic", "dim": D,
-                                   "bounds": {"x_norm": 1.0}, "domain_radius": 10.0, "l2": 0.01,
-                                   "privacy": {"epsilon": 1.0, "delta": 1e-6}})
-    r.raise_for_status()
-    return r.json()["id"]
 
 
 async def _broker_round(tenant: str, mid: str, stream_name: str, X, y, start: int) -> float:
@@ -126,7 +118,7 @@ def _backend(name: str, url: str, data_dir: Path, quick: bool) -> dict:
             r.raise_for_status()
             tenant, key = r.json()["id"], r.json()["api_key"]
             c.headers["authorization"] = f"Bearer {key}"
-            mids = {p: _model(c) for p in ("broker", "http1", "http100")}
+            mids = {p: _new_model(c) for p in ("broker", "http1", "http100")}
             asyncio.run(_streams("create", stream_name, tenant))
             consumer = subprocess.Popen(
                 [sys.executable, "-m", "app.cli", "consume", "--stream", stream_name, "--nats-url", NATS,
