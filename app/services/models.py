@@ -617,16 +617,17 @@ class ModelService:
                         f"examples (it has {ledger.get('n_inserts')}); its inference gate is on.")
             theta = published_array(found[2])
             theta.setflags(write=False)  # shared by later requests
-            published = (spec.dim, theta, loss_for(spec), gate, spec.classes, spec.features, spec.x_norm)
+            published = (spec, theta, loss_for(spec), gate)
             if len(self._published) >= 1024:
                 self._published.clear()
             self._published[(model_id, version)] = published
-        dim, theta, loss, gate, names, fspec, x_norm = published
+        spec, theta, loss, gate = published
+        dim = spec.dim
         if gate is not None:
             raise Problem(409, "inference-not-ready", gate)
-        if fspec is not None or features is not None:
+        if spec.features is not None or features is not None:
             try:
-                X = dense_rows(fspec, x_norm, X, features)
+                X = dense_rows(spec.features, spec.x_norm, X, features)
             except FeatureError as e:
                 raise feature_problem(e, examples=False) from None
         if any(len(row) != dim for row in X):  # ragged rows would make numpy raise (was a 500)
@@ -635,7 +636,7 @@ class ModelService:
         if Xa.ndim != 2 or Xa.shape[1] != dim:
             raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
         if loss.n_out > 1:  # softmax: K scores per input (losses.py)
-            return self._predict_classes(loss, theta, Xa, names, version)
+            return self._predict_classes(loss, theta, Xa, spec.classes, version)
         with np.errstate(over="ignore", invalid="ignore"):
             scores = Xa @ theta[:-1] + theta[-1]
         if not np.all(np.isfinite(scores)):  # would not serialise as JSON (was a 500)
