@@ -626,10 +626,7 @@ class ModelService:
         if gate is not None:
             raise Problem(409, "inference-not-ready", gate)
         if spec.features is not None or features is not None:
-            try:
-                X = dense_rows(spec.features, spec.x_norm, X, features)
-            except FeatureError as e:
-                raise feature_problem(e, examples=False) from None
+            X = self._encode(spec, X, features, examples=False)
         if any(len(row) != dim for row in X):  # ragged rows would make numpy raise (was a 500)
             raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
         Xa = np.asarray(X, dtype=np.float64)
@@ -844,13 +841,14 @@ class ModelService:
         return ArrayRetained([r.step for r in records], X, y)
 
     @staticmethod
-    def _encode(spec, X: Any, F: list | None) -> Any:
+    def _encode(spec, X: Any, F: list | None, *, examples: bool = True) -> Any:
         """Dense rows of a request for the model's spec: feature dictionaries hashed (app/features.py), the same
-        function at learning, forgetting and prediction; a request of the wrong shape is a 422."""
+        function at learning, forgetting and prediction; a request of the wrong shape is a 422 (``examples``: the
+        request lists examples, as learn and unlearn do, rather than predict's inputs)."""
         try:
             return dense_rows(spec.features, spec.x_norm, X, F)
         except FeatureError as e:
-            raise feature_problem(e, examples=True) from None
+            raise feature_problem(e, examples=examples) from None
 
     def _check_batch(self, n: int) -> None:
         if n > self.settings.max_batch:
