@@ -665,7 +665,7 @@ class ModelService:
             raise Problem(409, "non-finite-result", "The model's stored parameters are not finite numbers; "
                                                     "retrain or delete the model.")
         spec = json.loads(row.spec_json)
-        if spec["loss"] == "softmax":  # the K x (d + 1) matrix, row-major (losses.py)
+        if spec.get("n_classes"):  # K outputs (stored for softmax only): the K x (d + 1) matrix, row-major (losses.py)
             return {"version": row.version, "weights": theta.tolist(), "bias": None,
                     "published_at": row.published_at, "shape": [spec["n_classes"], spec["dim"] + 1],
                     "classes": spec.get("classes")}
