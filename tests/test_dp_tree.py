@@ -299,6 +299,90 @@ def test_realized_group_divergence_of_the_node_releases_is_within_the_charge():
     assert node_divergence(e1, g, [61, 62, 63, 64], e1.node_sigma) <= e1.rho_olu * k**2 / group_factor(k, "proposition_1")
 
 
+# ---- the comparator: the run that never saw the record (issue 21 item 3) ------------------------------------------
+def never_saw_node_replay(e: OnlineDPTree, X, y, u: int, keep_quadratic: bool = False) -> list[tuple[int, int, np.ndarray]]:
+    """Coupled node replay against the papers' reference run (digest §1.4: the skip symbol "does not update the output
+    and is ignored in all future updates").  The engine runs the whole stream; the reference is fed the engine's own
+    released prefix sums (conditioning on the releases, GTS13's adaptive argument) and plays as FTRL over the losses
+    it received: leaf u is 0 and, for the strongly convex surrogate, u's quadratic term is dropped too (mu w_u leaves
+    W, the count is t - 1).  ``keep_quadratic`` is the withdrawn variant's own comparator (the skip keeps its term).
+    Returns, for every node that completed, (start, end, real exact integer sum - reference integer sum)."""
+    T, lam, mu, R = len(y), e.lam, e.mu, e.spec.domain_radius
+    real, released = {}, []
+    for t in range(1, T + 1):
+        e.learn(X[t - 1 : t], y[t - 1 : t])
+        h = (t & -t).bit_length() - 1
+        real[(t - 2**h + 1, t)] = e.tree.acc[h].copy()
+        released.append(e.tree.released())
+    w, W, n, leaves = np.zeros(e.spec.n_params), np.zeros(e.spec.n_params), 0, []
+    for t, (x, label) in enumerate(zip(augment(X), y), start=1):
+        if t == u:
+            leaves.append(np.zeros(len(w), dtype=np.int64))
+        else:
+            leaves.append(e.leaf(e.loss.grad(w, x, label)))
+        if t != u or keep_quadratic:
+            W, n = W + w, n + 1
+        if e.strongly_convex:
+            den = mu * n + lam
+            w = project_l2_ball((mu * W - released[t - 1]) / den, R) if den > 0 else w  # no loss yet: no update
+        else:
+            w = project_l2_ball(-released[t - 1] / lam, R)
+    return [(a, b, S - np.sum(leaves[a - 1 : b], axis=0)) for (a, b), S in real.items()]
+
+
+@pytest.mark.parametrize("loss,T,u", [("logistic", 16, 2), ("logistic", 64, 2), ("squared", 16, 2), ("squared", 64, 5)])
+def test_node_sums_differ_from_the_never_saw_run_only_by_the_skipped_leaf(loss, T, u):
+    """The certificate's comparator is the run that never saw the record.  Conditioned on the releases, the convex
+    variant's node sums differ from that run's by exactly the skipped leaf r_u in the nodes containing u and by
+    nothing anywhere else, so the realized divergence sum_nodes ||g diff||^2 / (2 sigma'^2) is within the per-level
+    charge (levels Delta'^2 / (2 sigma'^2) <= rho_tree).  Negative control: the withdrawn strongly_convex variant (what
+    today's engine builds for it) keeps u's quadratic term, so its plays after u differ from the never-saw run's and
+    later nodes differ: 1.9x to 330x the charge on these streams.  Against its own comparator (the skip keeps the term) it is exact
+    -- which is what its legacy receipts now say."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(T, 3))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = (rng.random(T) < 0.5).astype(float) if loss == "logistic" else rng.uniform(-1.0, 1.0, T)
+
+    def engine(variant):
+        hp = {"horizon": T, "max_deletions": 1, "group_privacy": "gaussian_group", "variant": variant}
+        s = ModelSpec("online_dp_tree", loss, 3, 1.0, 1.0, 5.0, 0.5, 100.0, 1e-6, rho_from_epsilon_delta(100.0, 1e-6), hp)
+        return OnlineDPTree(s, SeededNoise(1))
+
+    def ratio(e, nodes):  # realized node divergence over the charge for one skipped record
+        realized = sum(float((e.grid * d) @ (e.grid * d)) for _, _, d in nodes) / (2 * e.node_sigma**2)
+        return realized / e.rho_tree
+
+    e = engine("convex")
+    nodes = never_saw_node_replay(e, X, y, u)
+    played = np.vstack([np.zeros(4), run(OnlineDPTree(e.spec, SeededNoise(1)), X, y)[:-1]])
+    r_u = e.leaf(e.loss.grad(played[u - 1], augment(X)[u - 1], y[u - 1]))
+    for a, b, d in nodes:
+        assert np.array_equal(d, r_u if a <= u <= b else np.zeros_like(d)), (a, b)
+    assert ratio(e, nodes) <= 1.0
+    sc = engine("strongly_convex")
+    bad = never_saw_node_replay(sc, X, y, u)
+    assert any(np.any(d != 0) for a, b, d in bad if not a <= u <= b)
+    assert ratio(sc, bad) > 1.0, ratio(sc, bad)
+    for a, b, d in never_saw_node_replay(engine("strongly_convex"), X, y, u, keep_quadratic=True):
+        assert not np.any(d != 0) or a <= u <= b
+
+
+def test_strongly_convex_variant_is_refused_at_creation_and_legacy_models_say_their_comparator():
+    from app.registry import build_spec
+    body = {"name": "x", "algorithm": "online_dp_tree", "loss": "logistic", "dim": 3, "bounds": {"x_norm": 1.0, "y_abs": 1.0},
+            "domain_radius": 10.0, "l2": 0.05, "privacy": {"epsilon": 1.0, "delta": 1e-6},
+            "hyperparameters": {"horizon": 40, "max_deletions": 2, "variant": "strongly_convex"}}
+    with pytest.raises(SpecError, match="withdrawn") as err:
+        build_spec(body, max_dim=1000)
+    assert err.value.fields == ("hyperparameters.variant",)
+    build_spec({**body, "hyperparameters": {"horizon": 40, "max_deletions": 2}}, max_dim=1000)
+    legacy = OnlineDPTree(tspec(variant="strongly_convex"))  # a stored model still loads and forgets
+    assert "never saw" in legacy.guarantee_definition and "withdrawn" in legacy.guarantee_words
+    assert legacy.guarantee_definition.startswith(OnlineDPTree.guarantee_definition.split(", charged")[0])
+    assert OnlineDPTree(tspec()).guarantee_definition == OnlineDPTree.guarantee_definition
+
+
 # ---- ledger, deletions, horizon ---------------------------------------------------------------------------------
 def test_ledger_charged_at_creation_deletions_free():
     s = tspec(horizon=30, k=3)

@@ -66,17 +66,29 @@ details name mechanism "discrete_gaussian", the grid, sigma' and Delta'), and ev
 mechanism "dp_from_start", rho = 0, sigma = sigma', sensitivity = Delta', details["grid"] = g; its receipt names
 the grid and the rounding, referring to the creation charge).  Learning beyond T, or deletion k + 1, is refused.
 
-Strongly convex losses (``variant`` "strongly_convex", opt-in; GTS13's PFTAL for strongly convex losses): f_s is mu-strongly convex (mu = l2), so f_s(w) >= f_s(w_s) + <g_s, w - w_s> + (mu/2)||w - w_s||^2 and FTRL
-runs on these quadratic lower bounds:
+Strongly convex losses (``variant`` "strongly_convex"): withdrawn at creation (issue 21 item 3).  GTS13's PFTAL for
+mu-strongly convex f_s (mu = l2) runs FTRL on the quadratic lower bounds <g_s, w - w_s> + (mu/2)||w - w_s||^2:
 
-    w_{t+1} = argmin_{w in K} <G^_t, w> + (mu/2) sum_{s<=t} ||w - w_s||^2 + (lambda/2)||w||^2
-            = Pi_K( (mu W_t - G^_t) / (mu t + lambda) ),    W_t = w_1 + ... + w_t (the played points, public),
+    w_{t+1} = Pi_K( (mu W_t - G^_t) / (mu n_t + lambda) ),   W_t = sum of the played points w_s of the received
+                                                            losses, n_t = how many losses were received.
 
-(an isotropic quadratic, so the minimiser over the ball is the projection of the free one).  Only G_t is private;
-the noise and the privacy analysis are the same.  lambda defaults to 0 here (mu t > 0 from t = 1).  The noise
-moves the play by ||b_t|| / (mu t): with a small l2 and a short stream this is far worse than the convex variant
-(measured: d = 16, l2 = 0.01, T = 10^4, k = 10: average online logistic loss 1.98 against 1.04), so "convex"
-is the default.
+The papers' reference run replaces the deleted f_u by the skip symbol, which "does not update the output and is
+ignored in all future updates" (001 §2, 000 eq. (4)): FTRL's leader is over the *received* losses, so the run that
+never saw f_u drops its whole surrogate -- the linear term (leaf u = 0) *and* its quadratic term (mu w_u leaves W_t,
+n_t = t - 1 for t >= u).  The engine as built kept the quadratic term (mu W_t and mu t + lambda include it).  Only the
+linear term goes through the tree's noise; the quadratic term changes the map from the released prefix sums to the
+plays, so conditioned on the same releases the two worlds play different points at every step after u (before the
+deletion is even asked for, so nothing at forget time can undo it) and every later leaf differs: the node sums of
+nodes that do not contain u differ too, and the per-level charge Delta'^2/(2 sigma'^2) covers none of it (a leaf can
+move by up to 2L, so a calibration for it would be T L per node: no usable budget).  Dropping the term at forget time
+does not help for the same reason.  Hence: a new model with ``variant`` strongly_convex is refused at creation
+(``check_calibration``, 422 naming ``hyperparameters.variant``); the constructor still loads the models created
+before, whose certificates say which comparator they hold against (``LEGACY_SC_DEFINITION``): the skip symbol that
+keeps its tick of the clock-indexed proximal term (mu/2)||w - w_u||^2 -- the FTRL form of the papers' OGD reference
+with eta_t = 1/(mu t) indexed by the clock, which it equals for lambda = 0 and an inactive projection.
+tests/test_dp_tree.py (coupled node replay) shows both: conditioned on the releases, the convex variant's node sums
+differ from the never-saw world's by r_u in the nodes containing u and by nothing elsewhere, while the withdrawn
+variant's differ in later nodes and exceed the per-level charge.
 
 Regularisation (``variant`` "convex"): ``lambda`` defaults to sqrt(2 T L (L + sigma sqrt((d+1) levels))) / R, the minimiser over lambda of
 the derived bound lambda R^2/2 + T L^2/lambda + T L E||noise||/lambda (FTRL stability plus the shift ||b||/lambda
@@ -112,6 +124,19 @@ WORDS = (
     "max_deletions records never been given to it. A deletion therefore adds no noise and changes nothing; its "
     "whole privacy cost was charged when the model was created, for the declared horizon."
 )
+# models created with the withdrawn variant strongly_convex (module docstring) say which comparator they hold against
+LEGACY_SC_COMPARATOR = ("; the reference run's skipped steps keep their clock-indexed proximal term "
+                        "(mu/2)||w - w_u||^2 (withdrawn variant strongly_convex: not the run that never saw the record)")
+LEGACY_SC_WORDS = (
+    "This model was created with the withdrawn variant strongly_convex. Everything it publishes is statistically "
+    "almost indistinguishable (the stated (epsilon, delta)) from what it would publish had up to max_deletions "
+    "records been replaced by skips that still count one step of its strong-convexity regularisation, centred at "
+    "the point it played at that step. A run that never saw the records would not count those steps; this "
+    "certificate does not cover that difference. A deletion adds no noise; the privacy cost was charged at creation."
+)
+WITHDRAWN_SC = ("variant strongly_convex is withdrawn: its FTRL keeps a deleted record's quadratic term "
+                "(mu W_t and mu t + lambda include it) in every later play, the run that never saw the record drops "
+                "it, and the tree's noise does not cover the difference (issue 21); use variant convex")
 
 
 def levels_for(horizon: int) -> int:
@@ -232,6 +257,9 @@ class OnlineDPTree(Unlearner):
         n = spec.n_params
         self.variant = hp["variant"]
         self.strongly_convex = self.variant == "strongly_convex"
+        if self.strongly_convex:  # a model created before the variant was withdrawn: say what it certifies
+            self.guarantee_definition = self.guarantee_definition + LEGACY_SC_COMPARATOR
+            self.guarantee_words = LEGACY_SC_WORDS
         if self.strongly_convex and hp.get("lambda") is None:
             self.lam = 0.0
         elif hp.get("lambda") is None:
@@ -274,8 +302,10 @@ class OnlineDPTree(Unlearner):
         """The worst case of the tree (module docstring): the loss constants, the node sigma for the declared horizon
         and max_deletions, the grid and leaf cap (the constructor refuses integers beyond INT_BOUND = 2^62, which
         also keeps every draw k ~ N_Z(0, (sigma'/g)^2) inside int64), and the largest play before the projection:
-        |G^_t| <= g (T sqrt(M) + levels 64 sigma'/g) = G_max, so ||-G^/lambda|| <= G_max/lambda (convex) and
-        ||(mu W - G^)/(mu t + lambda)|| <= (mu T R + G_max)/(mu + lambda) (strongly convex), checked squared."""
+        |G^_t| <= g (T sqrt(M) + levels 64 sigma'/g) = G_max, so ||-G^/lambda|| <= G_max/lambda, checked squared.
+        The withdrawn variant strongly_convex is refused first (module docstring)."""
+        if spec.hyperparameters.get("variant") == "strongly_convex":  # withdrawn (module docstring); creation only
+            raise SpecError(WITHDRAWN_SC, fields=("hyperparameters.variant",))
         checks = Checks(cls.algorithm)
         eng = construct(cls, spec)
         common_checks(checks, eng.loss, spec)
@@ -290,13 +320,8 @@ class OnlineDPTree(Unlearner):
         g_max = checks.finite("G_max", eng.grid * (eng.horizon * math.sqrt(eng.leaf_cap)
                                                    + eng.levels * NOISE_TAILS * eng.sigma_grid), *eps, *hp)
         lam = ("hyperparameters.lambda", "domain_radius")
-        if eng.strongly_convex:
-            den = checks.finite("mu + lambda", eng.mu + eng.lam, "l2", *lam, positive=True)
-            checks.squared("play_norm", (eng.mu * eng.horizon * spec.domain_radius + g_max) / den,
-                           "l2", *lam, "domain_radius", *eps)
-        else:
-            checks.finite("lambda", eng.lam, *lam, positive=True)
-            checks.squared("play_norm", g_max / eng.lam, *lam, *eps, "bounds.x_norm")
+        checks.finite("lambda", eng.lam, *lam, positive=True)
+        checks.squared("play_norm", g_max / eng.lam, *lam, *eps, "bounds.x_norm")
         # every number the ledger, the creation charge and each deletion's receipt publish (a huge budget once
         # gave epsilon_olu = inf: the receipt's canonical JSON refused it, a 500 at unlearn)
         published = {**eng.ledger(), **eng.creation_charge(), "rho_olu": eng.rho_olu, "rho_tree": eng.rho_tree}
