@@ -6,27 +6,33 @@ Suresh 2021 ("Remember What You Want to Forget", Alg. 1 / Lemma 3 / Thm 3); the 
 is docs/second_order_olu.md.
 
 Learning: projected OGD (the active family's capped strongly convex schedule).  At the deletion of record u at
-time tau, with S the retained set (n records, u included) and S' = S minus u (n' = n - 1 records):
+time tau, with S the retained set (n records, u included), S' = S - u (n' records), F_S the regularised average loss,
+G = F_{S'}: step 5, K steps of unconstrained GD on F_S (step 2/(beta+mu)) from the current iterate; step 6, the
+Newton removal step with the corrected sign, z' = Pi_B(z_K + (1/n') H^{-1} sum_U grad f(z_K; u)), H = grad^2 G(z_K),
+solved directly or by CG to a residual <= tol; step 7, z_tau = Pi_K(z' + discrete Gaussian noise) (P4, P5).
 
-  step 5   K steps of *unconstrained* GD on F_S(w) = (1/n) sum_S l(w; z) + (mu/2)||w||^2, step 2/(beta+mu), warm
-           started at the current iterate z_0 in K:  ||z_K - w_S|| <= gamma^K (R + B) =: e,
-           gamma = (beta - mu)/(beta + mu) (Nesterov 2004 Thm 2.1.15), ||w_S|| <= B for every data set (below).
-  step 6   the Newton removal step with the corrected sign (+, digest's 1-D check):
-               z' = z_K + (1/n') H^{-1} sum_{u in U} grad f(z_K; u),   H = grad^2 G(z_K),
-           G = F_{S'} the retained regularised average loss.  H x = b is solved directly (dense LAPACK solve) for small d and
-           by conjugate gradient on Hessian-vector products for large d, both to a residual ||Hx - b|| <= tol.
-           then z' <- Pi_B(z') (projection onto the ball ||w|| <= B, which holds w*: only brings z' closer).
-  step 7   z_tau = Pi_K(z' + N(0, sigma_i^2 I)) (noise into the state, projection after it: P4, P5).
-
-Certificate (against the exact ERM w* = argmin G on the remaining data, as Sekhari et al.):
-  ||z' - w*|| <= Delta = min((M/(2 mu)) (e + m L_B/(mu n'))^2 + (n/n')(beta/mu) e + tol/mu, 2B)
+Certificate (docs/second_order_olu.md §5-§6).  The papers' comparator (OLU, 000 Def. 2.2 / digest §1.5) is this very
+algorithm run on the stream without u, the clock kept, with the same noise.  Both worlds' pre-noise points are bounded
+against the exact ERM w* = argmin G on the remaining records, which is the same in both:
+  actual     ||z' - w*||     <= Delta_A = (M/(2 mu)) (e + m L_B/(mu n'))^2 + (n/n')(beta/mu) e + tol/mu   (docs eq. 5.4)
+  reference  ||z'_ref - w*|| <= e = gamma^K (R + B)                                                 (docs eq. 5.6)
+(the reference never held u: at tau it runs the same K GD steps on its own retained set S' = S - u, whose minimiser
+is w*, from its own iterate in K, and its Newton step removes nothing), so by the triangle inequality
+  ||z' - z'_ref|| <= Delta = min(Delta_A + e, 2B)                                                  (docs eq. 5.7)
 with M the Hessian-Lipschitz constant of the loss (squared: 0; logistic: X~^3/(6 sqrt 3); softmax: X~^3/sqrt 2,
-derived in losses.py; Huber: none, refused) and
-L_B the per-example gradient bound on the ball ||w|| <= B.  sigma_i = sqrt(omega i^omega/(2(omega-1) rho)) Delta, so
-the release is (alpha, alpha rho_i)-close (Renyi) to Pi_K(w* + N(0, sigma_i^2 I)), a release that depends on the
-retained data only; later releases are post-processing or later deletions of the same kind, and the omega series
-keeps the sum of the charges below rho (the same ledger policy as ``active_olu``).  If no record remains (n' = 0),
-w* = 0 and the model is set to 0 exactly (certificate mechanism ``exact``).
+derived in losses.py; Huber: none, refused) and L_B the per-example gradient bound on the ball ||w|| <= B; both
+points lie in that ball, hence the cap 2B.  sigma_i = sqrt(omega i^omega/(2(omega-1) rho)) Delta: the release is
+(alpha, alpha rho_i)-close (Renyi) to the reference run's release for every pair of histories (joint
+quasi-convexity), and also to Pi_K(w* + N(0, sigma_i^2 I)) (the Sekhari-style statement, Delta >= Delta_A); later
+releases are post-processing or later deletions of the same kind, and the omega series keeps the sum of the charges
+below rho (the same ledger policy as ``active_olu``).  If no record remains (n' = 0), w* = 0 and the model is set to 0
+exactly (certificate mechanism ``exact``).
+
+No data-dependent refusal (docs §5, "When the solve misses").  If the Newton solve misses its residual target
+(ill-conditioning, a LAPACK failure), the forget does not refuse: it replaces the Newton point by K2 more GD steps on
+G from z_K, ||z - w*|| <= gamma^K2 (e + s), with K2 (``fallback_gd_steps``) from public quantities so that this is
+at most Delta_A; Delta_A is certified as max(Delta_A, gamma^K2 (e + s)) whichever path ran, so sigma, the
+certificate and the ledger never depend on whether the solve converged.
 """
 from __future__ import annotations
 
@@ -71,9 +77,9 @@ SOFTMAX_D3 = 1.0 / math.sqrt(2.0)
 
 GUARANTEE_WORDS = (
     "From the deletion on, everything the model publishes is statistically almost indistinguishable (Renyi "
-    "divergence at most alpha*rho for every order alpha, i.e. the stated (epsilon, delta)) from a release computed "
-    "from the remaining records only: the exact regularised empirical risk minimiser on them plus the same Gaussian "
-    "noise, continued on the same later data."
+    "divergence at most alpha*rho for every order alpha, i.e. the stated (epsilon, delta)) from what the same "
+    "algorithm would have published had the record never been learned. It is equally close to a release computed "
+    "from the remaining records only: their exact regularised empirical risk minimiser plus the same noise."
 )
 
 
@@ -133,7 +139,8 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
     accounting = "omega_series"
     needs_retained_data = True
     supports_retrain = True
-    guarantee_definition = "(alpha, alpha*rho)-close to the exact ERM on the remaining data plus the same noise, for all alpha > 1"
+    guarantee_definition = ("(alpha, alpha*rho)-OLU for all alpha > 1 (against the same algorithm run without the record; "
+                            "also against the exact ERM on the remaining data plus the same noise)")
     guarantee_words = GUARANTEE_WORDS
 
     def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
@@ -267,8 +274,11 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
     def solve_tolerance(self, m: int, n_after: int) -> float:
         return SOLVE_RTOL * m * self.L_B / n_after
 
-    def sensitivity(self, gd_steps: int, n: int, m: int, *, newton_term: bool = True) -> dict[str, float]:
-        """Delta = min((M/(2 mu)) (e + m L_B/(mu n'))^2 + (n/n')(beta/mu) e + tol/mu, 2B), e = gamma^K (R + B)."""
+    def sensitivity(self, gd_steps: int, n: int, m: int, *, newton_term: bool = True,
+                    reference_term: bool = True) -> dict[str, float]:
+        """Delta = min(Delta_A + e, 2B): Delta_A = max((M/(2 mu)) (e + s)^2 + (n/n')(beta/mu) e + tol/mu, gamma^K2 (e + s))
+        bounds the actual pre-noise point's distance to w* (Newton path, or the fallback GD path when the solve
+        misses), e = gamma^K (R + B) the reference run's (docs eqs. 5.4-5.7); s = m L_B/(mu n')."""
         n_after = n - m
         mu = self.mu
         e = self.gamma_gd**gd_steps * (self.spec.domain_radius + self.B)
@@ -276,9 +286,30 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         newton = self.M / (2.0 * mu) * (e + s) ** 2 if newton_term else 0.0
         gd = (n / n_after) * (self.beta / mu) * e
         solve = self.solve_tolerance(m, n_after) / mu
-        # the pre-noise point is projected onto the ball ||w|| <= B, which holds w*: never farther than 2B from it
+        k2 = self.fallback_gd_steps(gd_steps, n, m)
+        fallback = self.gamma_gd**k2 * (e + s) if newton_term else 0.0  # (newton_term=False: a negative control)
+        actual = max(newton + gd + solve, fallback)
+        reference = e if reference_term else 0.0
+        # both pre-noise points lie in the ball ||w|| <= B (projected onto it), which holds w*: never farther than 2B
         return {"e_gd": e, "shift_bound": s, "newton_term": newton, "gd_term": gd, "solve_term": solve,
-                "Delta": min(newton + gd + solve, 2.0 * self.B)}
+                "fallback_gd_steps": float(k2), "fallback_term": fallback, "reference_term": reference,
+                "Delta": min(actual + reference, 2.0 * self.B)}
+
+    def fallback_gd_steps(self, gd_steps: int, n: int, m: int) -> int:
+        """K2: the GD steps on G that replace a Newton step whose solve missed its target, the smallest K2 with
+        gamma^K2 (e + s) <= the Newton path's bound (docs §5, "When the solve misses"), capped by ``max_gd_steps``;
+        public quantities only."""
+        n_after = n - m
+        e = self.gamma_gd**gd_steps * (self.spec.domain_radius + self.B)
+        s = self.shift_scale(m, n_after)
+        newton_path = (self.M / (2.0 * self.mu) * (e + s) ** 2 + (n / n_after) * (self.beta / self.mu) * e
+                       + self.solve_tolerance(m, n_after) / self.mu)
+        g = self.gamma_gd
+        if e + s <= newton_path:
+            return 0
+        if g <= 0.0:
+            return min(1, self.max_gd_steps)
+        return min(math.ceil(math.log((e + s) / newton_path) / -math.log(g)), self.max_gd_steps)
 
     def planned_gd_steps(self, n: int, m: int) -> int:
         """The smallest K whose GD term (n/n')(beta/mu) gamma^K (R + B) is at most ``gd_tolerance`` times the dominant
@@ -378,6 +409,19 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         # Pi_B: projection onto the ball ||w|| <= B holding w*, non-expansive towards it (docs §5)
         return project_l2_ball(theta + sign * x, self.B), r, direct
 
+    def removal_or_fallback(self, z: np.ndarray, data: _Data, u_batches, exclude: Collection[int], n_after: int,
+                            m: int, fallback_steps: int) -> np.ndarray:
+        """The Newton point, or -- if its solve misses the residual target or fails -- Pi_B of ``fallback_steps`` GD
+        steps on G from z_K.  Either is within the certified Delta_A of w* (``sensitivity``): nothing published, and
+        no refusal, depends on which ran (module docstring)."""
+        try:
+            out, r, _ = self.removal_step(z, data, u_batches, exclude, n_after, m)
+            if r <= self.solve_tolerance(m, n_after) and np.all(np.isfinite(out)):
+                return out
+        except (ArithmeticError, np.linalg.LinAlgError):
+            pass
+        return project_l2_ball(self.gd(z, data, exclude, n_after, fallback_steps), self.B)
+
     # ---- unlearning -------------------------------------------------------------------------------
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
         steps = check_forget_steps(steps, self.t, retained, self.algorithm)
@@ -404,10 +448,11 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
                 z = self.gd(self.theta, data, done, n, K)
                 Xu, yu = retained.get([u])
                 exclude = done + [u]
-                z, _, _ = self.removal_step(z, data, [(augment(np.asarray(Xu, dtype=np.float64)),
-                                                                np.asarray(yu, dtype=np.float64))], exclude, n_after, m)
                 bound = self.sensitivity(K, n, m)
-                floor = self.roundoff_floor(K)
+                K2 = int(bound["fallback_gd_steps"])
+                z = self.removal_or_fallback(z, data, [(augment(np.asarray(Xu, dtype=np.float64)),
+                                                        np.asarray(yu, dtype=np.float64))], exclude, n_after, m, K2)
+                floor = self.roundoff_floor(K + K2)
                 delta = max(bound["Delta"], floor)  # issue 14 case 2: never certify less than round-off can produce
                 sigma = self.noise_multiplier(i) * delta
                 rho_i = self.charge(i)
@@ -441,6 +486,24 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         Newton solve's residual is already in Delta (``solve_term``), its own round-off is one more step's worth."""
         e = release.step_roundoff(self.spec.n_params, self.spec.domain_radius, self.eta_gd * self.L_B)
         return release.roundoff_floor(e, gd_steps + 1, self.gamma_gd)
+
+    def reference_point(self, cert: Certificate, retained: RetainedData) -> np.ndarray:
+        """The pre-noise point of the reference run (the same algorithm on the stream without the forgotten records,
+        which ``retained`` no longer holds) at the event ``cert``: the same K GD steps on F of what it retains, from
+        its own iterate, and a Newton step with nothing to remove, then Pi_B.  Within e = gamma^K (R + B) of w*."""
+        if cert.mechanism != release.MECHANISM:  # nothing remains: w* = 0, set exactly
+            return np.zeros_like(self.theta)
+        data = _Data(retained, self.chunk_size)
+        n = data.count(())
+        z = self.gd(self.theta, data, (), n, int(cert.details["gd_steps"])) if n else np.zeros_like(self.theta)
+        return project_l2_ball(z, self.B)
+
+    def replay_event(self, cert: Certificate, retained: RetainedData) -> None:
+        """The reference run's copy of a deletion event (coupled replay, replay_data.py): its own pre-noise point,
+        then the actual run's release (the certificate's sigma and grid, the same draws)."""
+        z = self.reference_point(cert, retained)
+        R = self.spec.domain_radius
+        self.theta = release.add_discrete_noise(z, cert.details.get("grid", 0.0), cert.sigma, self.noise, R)
 
     def retrain(self, retained: RetainedData) -> None:
         """Exact retrain (OGD from 0 over the retained examples, clock kept): a new ledger epoch."""
