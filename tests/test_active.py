@@ -210,7 +210,10 @@ def test_deleted_anchor_uses_the_diameter_bound():
     keep = [0, 1, 3, 4, 5, 6, 7, 8]
     (c2,) = e.forget([1], ArrayRetained(np.arange(1, 10)[keep], X[keep], y[keep]))
     assert c2.details["fallback"] == 1 and c2.details["diameter_bound"] == 1
-    assert c2.details["shift"] == pytest.approx(e.D * e.ogd_gamma(4, 9))
+    # the diameter bound after the anchored phase, plus the re-rounding of the release that followed it (issue 21)
+    grid1 = c1.details["grid"]
+    assert c2.details["shift"] == pytest.approx(e.D * e.ogd_gamma(4, 9) + grid1 * math.sqrt(3) * e.ogd_gamma(4, 9))
+    assert c2.details["shift"] > e.D * e.ogd_gamma(4, 9)
 
 
 class IgnoresAnchor(ActiveOLU):
@@ -342,3 +345,81 @@ def test_two_phase_chunking_and_streaming_agree(monkeypatch):
         out.append(e.published())
     np.testing.assert_allclose(out[1], out[0], rtol=0, atol=1e-12)
     np.testing.assert_allclose(out[2], out[0], rtol=0, atol=1e-12)
+
+
+# ---- the fallback carries a shift through earlier discrete releases: their re-rounding (issue 21 item 3) -----------
+class NoRoundingTerms(ActiveOLU):
+    """Negative control: the fallback bound as it was, without the re-rounding of the releases since the record."""
+
+    def rounding_terms(self, since, tau):
+        return 0.0
+
+
+def hybrid_replay(cls, s, X, y, deletions, u, seed=0):
+    """Couple the actual run with the run that never saw record ``u`` (clock kept) and is otherwise the actual run:
+    the same other deletions, mirrored through ``replay_event`` with the same draws.  Returns, per event,
+    (tau, ||theta - theta'|| just before the forget, certificates).  The fallback's ``shift`` for u claims exactly
+    this gap: the part of the two OLU worlds' gap that is u's, which the lattice split of every earlier release leaves
+    to u's own noise (module docstring of app/unlearning/active.py)."""
+    from app.unlearning.replay_data import _learn, _Store
+    dim = X.shape[1]
+    a, h = cls(s, SeededNoise(seed)), cls(s, SeededNoise(seed))
+    sa, sh = _Store(dim), _Store(dim)
+    t, out = 0, []
+    for tau in sorted(deletions):
+        _learn(a, sa, X, y, t, tau, set())
+        _learn(h, sh, X, y, t, tau, {u})
+        t = tau
+        gap = float(np.linalg.norm(a.published() - h.published()))
+        certs = a.forget(deletions[tau], sa.view())
+        sa.erase(deletions[tau])
+        sh.erase(deletions[tau])
+        for c in certs:
+            h.replay_event(c, sh.view())
+        out.append((tau, gap, certs))
+    return out
+
+
+@pytest.mark.parametrize("seed", [2, 4])
+def test_fallback_adds_the_re_rounding_of_earlier_releases(seed):
+    """single variant, d = 15: a block's phase at N anchors on step 1; record u = N + 1 is learned; forgetting the
+    anchor at N + 1 is a diameter-bound fallback whose release has a large grid g (a = D); u is then forgotten at
+    N + 2 (a fallback: u precedes that release).  The two worlds round u's small gap (~ eta_u L < g) to the lattice
+    independently, so a coordinate that straddles a rounding boundary makes the gap g: 1.3x-1.9x the old bound
+    eta_u L Gamma, within the new one (+ g sqrt(d + 1) Gamma).  A large budget keeps the noised point inside K (the
+    projection would otherwise shrink the gap).  The OLU coupled replay of the same stream holds too."""
+    from app.unlearning.replay_data import coupled_replay_data
+    N, dim = 8000, 15
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N + 2, dim))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = (rng.random(N + 2) < 0.5).astype(float)
+    s = ModelSpec("active_olu", "logistic", dim, 1.0, 1.0, 1.5, 1.0, 1.0, 1e-6, 1e4, {"variant": "single"})
+    dels = {N: [N], N + 1: [1], N + 2: [N + 1]}
+    ratios = {}
+    for cls in (ActiveOLU, NoRoundingTerms):
+        out = hybrid_replay(cls, s, X, y, dels, N + 1, seed)
+        (c2,), (c3,) = out[1][2], out[2][2]
+        assert c2.details["diameter_bound"] == 1.0 and c3.details["fallback"] == 1.0
+        ratios[cls] = out[2][1] / max(c3.details["shift"], c3.details["roundoff_floor"])
+    e = ActiveOLU(s)
+    assert ratios[ActiveOLU] <= 1.0 < ratios[NoRoundingTerms], ratios
+    assert e.rounding_terms(1, N) == 0.0  # no release yet on a fresh engine
+    for p in coupled_replay_data(factory(s), X, y, dels, seed=seed):
+        assert p.distance <= p.shift_bound * (1 + 1e-9) and p.realized <= p.certified * (1 + 1e-9), p
+
+
+def test_release_history_round_trips_and_legacy_states_get_a_conservative_one():
+    X, y, _ = orthogonal_stream(10, 10)
+    s = spec("two_phase")
+    a = ActiveOLU(s, SeededNoise(0))
+    a.learn(X[:15], y[:15])
+    certs = a.forget([12, 3], ArrayRetained(np.arange(1, 16), X[:15], y[:15]))
+    assert a.release_tau == [15, 15] and a.release_grid == [c.details["grid"] for c in certs]
+    b = ActiveOLU.from_state(s, a.state())
+    assert (b.release_tau, b.release_grid) == (a.release_tau, a.release_grid)
+    # the second event (a fallback at the same tau) carried step 3's shift through the first one's release
+    assert certs[1].details["shift"] >= certs[1].details["Delta_u"] * certs[1].details["Gamma"] + certs[0].details["grid"] * math.sqrt(3)
+    legacy = {k: v for k, v in a.state().items() if not k.startswith("release_")}
+    c = ActiveOLU.from_state(s, legacy)
+    assert c.release_tau == [15, 15] and all(g >= max(a.release_grid) for g in c.release_grid)

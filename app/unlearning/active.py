@@ -32,6 +32,13 @@ presence in earlier GD phases added, which the reference run (that never saw it)
                there; the only bound is the diameter: a = D * Gamma_OGD(tau_j, tau).
   * two_phase: each earlier phase j whose average contained it adds
                eta_gd * (2L/n_j) * min(I_j, 1/(1-gamma)) * Gamma_OGD(tau_j, tau); a is capped at D.
+  * both:      each earlier discrete release r at tau_r >= u (>= the anchored phase's time for the diameter bound)
+               adds its re-rounding g_r sqrt(d+1) Gamma_OGD(tau_r, tau) (issue 21): both worlds round their own
+               point to the lattice, so the part of the gap that is this record's grows by up to g_r sqrt(d+1)
+               (each coordinate's rounding moves it by at most g_r/2, twice) -- the lattice split of the gap
+               between the release's own shift (absorbed by its noise) and this record's (carried on) costs one
+               rounding per release.  g_r sqrt(d+1) <= a_r/1024 (release.py), but the bound must be complete.
+               The grids and times of the releases are kept in the state (``release_tau``, ``release_grid``).
 Several steps in one forget request are sequential events at the same tau (at most the first can be active);
 every step the request names is kept out of its GD phases, because only the state after the whole request is
 published and its reference run masks all of them.
@@ -136,6 +143,9 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         self.phase_steps: list[int] = []
         self.phase_anchor: list[int] = []
         self.phase_size: list[int] = []
+        # one row per discrete release: its time and grid (the fallback adds their re-rounding, module docstring)
+        self.release_tau: list[int] = []
+        self.release_grid: list[float] = []
 
     @classmethod
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
@@ -189,6 +199,8 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
             "phase_steps": np.asarray(self.phase_steps, dtype=np.int64),
             "phase_anchor": np.asarray(self.phase_anchor, dtype=np.int64),
             "phase_size": np.asarray(self.phase_size, dtype=np.int64),
+            "release_tau": np.asarray(self.release_tau, dtype=np.int64),
+            "release_grid": np.asarray(self.release_grid, dtype=np.float64),
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -204,6 +216,14 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         if len({len(c) for c in cols}) != 1:
             raise ValueError("stored GD-phase arrays have different lengths")
         self.phase_tau, self.phase_steps, self.phase_anchor, self.phase_size = cols
+        if "release_tau" in state:
+            self.release_tau = np.asarray(state["release_tau"], dtype=np.int64).reshape(-1).tolist()
+            self.release_grid = np.asarray(state["release_grid"], dtype=np.float64).reshape(-1).tolist()
+            if len(self.release_tau) != len(self.release_grid):
+                raise ValueError("stored release arrays have different lengths")
+        else:  # stored before the releases were kept: every deletion of the epoch at last_tau, on the largest grid
+            self.release_tau = [self.last_tau] * self.n_deletions
+            self.release_grid = [self.max_grid()] * self.n_deletions
 
     @property
     def step(self) -> int:
@@ -261,15 +281,32 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         if self.variant == "single":
             anchored = [j for j, v in enumerate(self.phase_anchor[:n]) if v == u]
             if anchored:  # the two runs descended on different examples at that phase: only the diameter bounds it
-                return delta_u, G, self.D * self.ogd_gamma(self.phase_tau[anchored[-1]], tau), True
-            return delta_u, G, a, False
-        cap_steps = 1.0 / (1.0 - self.gamma_gd)
-        for tau_j, I_j, n_j in zip(self.phase_tau[:n], self.phase_steps[:n], self.phase_size[:n]):
-            if tau_j >= u and n_j > 0:  # the record was in that phase's average, the reference's was not
-                a += self.eta_gd * (2.0 * self.L / n_j) * min(I_j, cap_steps) * self.ogd_gamma(tau_j, tau)
+                since = self.phase_tau[anchored[-1]]
+                a = self.D * self.ogd_gamma(since, tau) + self.rounding_terms(since, tau)
+                return delta_u, G, min(a, self.D), True
+            return delta_u, G, a + self.rounding_terms(u, tau), False
+        else:
+            cap_steps = 1.0 / (1.0 - self.gamma_gd)
+            for tau_j, I_j, n_j in zip(self.phase_tau[:n], self.phase_steps[:n], self.phase_size[:n]):
+                if tau_j >= u and n_j > 0:  # the record was in that phase's average, the reference's was not
+                    a += self.eta_gd * (2.0 * self.L / n_j) * min(I_j, cap_steps) * self.ogd_gamma(tau_j, tau)
+        a += self.rounding_terms(u, tau)
         if a >= self.D:
             return delta_u, G, self.D, True
         return delta_u, G, a, False
+
+    def rounding_terms(self, since: int, tau: int) -> float:
+        """sum over the discrete releases r at tau_r >= since of g_r sqrt(d+1) Gamma_OGD(tau_r, tau): what their
+        re-rounding adds to a shift carried through them (module docstring)."""
+        root_n = math.sqrt(self.spec.n_params)
+        return sum(g * root_n * self.ogd_gamma(t, tau) for t, g in zip(self.release_tau, self.release_grid)
+                   if t >= since)
+
+    def max_grid(self) -> float:
+        """The largest grid a release can have: that of the largest shift certified, max(D, eta_1 L) (release.py's
+        grid grows with the sensitivity), doubled for the round-off floor."""
+        a_max = 2.0 * max(self.D, self.schedule.eta(1) * self.L)
+        return release.grid_resolution(a_max, self.spec.n_params, self.spec.domain_radius)
 
     # ---- the GD phase -----------------------------------------------------------------------------
     def find_anchor(self, retained: RetainedData, start: int, end: int, exclude: Collection[int]) -> tuple[int, np.ndarray, float] | None:
@@ -380,6 +417,8 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
             if sigma > 0.0:
                 self.theta, grid, sigma, sens_used = release.discrete_release(
                     self.theta, a, sigma, self.noise, scale=self.spec.domain_radius, radius=self.spec.domain_radius)
+                self.release_tau.append(tau)
+                self.release_grid.append(grid)
             self.n_deletions = i
             self.rho_spent += rho_i
             self.last_tau = tau
