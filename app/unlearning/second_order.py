@@ -11,28 +11,23 @@ G = F_{S'}: step 5, K steps of unconstrained GD on F_S (step 2/(beta+mu)) from t
 Newton removal step with the corrected sign, z' = Pi_B(z_K + (1/n') H^{-1} sum_U grad f(z_K; u)), H = grad^2 G(z_K),
 solved directly or by CG to a residual <= tol; step 7, z_tau = Pi_K(z' + discrete Gaussian noise) (P4, P5).
 
-Certificate (docs/second_order_olu.md §5-§6).  The papers' comparator (OLU, 000 Def. 2.2 / digest §1.5) is this very
-algorithm run on the stream without u, the clock kept, with the same noise.  Both worlds' pre-noise points are bounded
-against the exact ERM w* = argmin G on the remaining records, which is the same in both:
-  actual     ||z' - w*||     <= Delta_A = (M/(2 mu)) (e + m L_B/(mu n'))^2 + (n/n')(beta/mu) e + tol/mu   (docs eq. 5.4)
-  reference  ||z'_ref - w*|| <= e = gamma^K (R + B)                                                 (docs eq. 5.6)
-(the reference never held u: at tau it runs the same K GD steps on its own retained set S' = S - u, whose minimiser
-is w*, from its own iterate in K, and its Newton step removes nothing), so by the triangle inequality
-  ||z' - z'_ref|| <= Delta = min(Delta_A + e, 2B)                                                  (docs eq. 5.7)
-with M the Hessian-Lipschitz constant of the loss (squared: 0; logistic: X~^3/(6 sqrt 3); softmax: X~^3/sqrt 2,
-derived in losses.py; Huber: none, refused) and L_B the per-example gradient bound on the ball ||w|| <= B; both
-points lie in that ball, hence the cap 2B.  sigma_i = sqrt(omega i^omega/(2(omega-1) rho)) Delta: the release is
-(alpha, alpha rho_i)-close (Renyi) to the reference run's release for every pair of histories (joint
-quasi-convexity), and also to Pi_K(w* + N(0, sigma_i^2 I)) (the Sekhari-style statement, Delta >= Delta_A); later
-releases are post-processing or later deletions of the same kind, and the omega series keeps the sum of the charges
-below rho (the same ledger policy as ``active_olu``).  If no record remains (n' = 0), w* = 0 and the model is set to 0
-exactly (certificate mechanism ``exact``).
+Certificate (docs/second_order_olu.md §5-§6, proof there).  The comparator is the papers' (000 Def. 2.2): this
+algorithm run on the stream without u, the clock kept, the same noise.  With e = gamma^K (R + B), s = m L_B/(mu n'),
+M the loss's Hessian-Lipschitz constant (squared 0, logistic X~^3/(6 sqrt 3), softmax X~^3/sqrt 2; Huber refused)
+and L_B the gradient bound on the ball ||w|| <= B that holds every ERM, both worlds are bounded against the exact
+ERM w* = argmin G, the same in both:
+  actual     ||z' - w*||     <= Delta_A = max((M/(2 mu))(e + s)^2 + (n/n')(beta/mu) e + tol/mu, gamma^K2 (e + s))  (5.4)
+  reference  ||z'_ref - w*|| <= e   (it holds S' = S - u: the same K GD steps on G from its own iterate in K, and a
+                                    Newton step with nothing to remove; ``reference_point``)                     (5.6)
+  so         ||z' - z'_ref|| <= Delta = min(Delta_A + e, 2B)      (triangle; both points lie in the B-ball)     (5.7)
+sigma_i = sqrt(omega i^omega/(2(omega-1) rho)) Delta: the release is (alpha, alpha rho_i)-close to the reference
+run's for every pair of histories (joint quasi-convexity), and to Pi_K(w* + noise) (Sekhari-style, Delta >= Delta_A);
+later releases are post-processing or later deletions of the same kind; the omega series keeps the charges below
+rho.  If no record remains (n' = 0), w* = 0 and the model is set to 0 exactly (mechanism ``exact``).
 
-No data-dependent refusal (docs §5, "When the solve misses").  If the Newton solve misses its residual target
-(ill-conditioning, a LAPACK failure), the forget does not refuse: it replaces the Newton point by K2 more GD steps on
-G from z_K, ||z - w*|| <= gamma^K2 (e + s), with K2 (``fallback_gd_steps``) from public quantities so that this is
-at most Delta_A; Delta_A is certified as max(Delta_A, gamma^K2 (e + s)) whichever path ran, so sigma, the
-certificate and the ledger never depend on whether the solve converged.
+No data-dependent refusal: if the Newton solve misses its residual target (or LAPACK fails), the Newton point is
+replaced by Pi_B of K2 = ``fallback_gd_steps`` GD steps on G from z_K (the second term of 5.4, eq. 5.5); Delta_A
+certifies both paths, so nothing published depends on whether the solve converged.
 """
 from __future__ import annotations
 
