@@ -34,8 +34,8 @@ TRUSTED = RING.public_keys()
 
 
 def _receipt(i: int) -> dict[str, Any]:
-    mech = ({"type": "discrete_gaussian", "sigma": 2.5 + i, "sensitivity": 0.25, "rho": 0.25 ** 2 / (2 * (2.5 + i) ** 2),
-             "grid": 2.0 ** -20, "rounding": "nearest_even"} if i % 3 == 0 else
+    mech = ({"type": "discrete_gaussian", "sigma": 2.5 + i, "sensitivity": 0.25,
+             "rho": 0.25 ** 2 / (2 * (2.5 + i) ** 2), "grid": 2.0 ** -20, "rounding": "nearest_even"} if i % 3 == 0 else
             {"type": "exact", "sigma": 0.0, "sensitivity": 0.0, "rho": 0.0} if i % 3 == 1 else
             {"type": "gaussian", "sigma": 0.123456789 * (i + 1), "sensitivity": 1e-7, "rho": 0.1})
     return {
@@ -270,6 +270,16 @@ def synthetic_vectors(seed: int = 24) -> list[dict]:
     b["receipts"][2]["proof"]["checkpoint"] = make_checkpoint("olu/other-tenant", 13, log.root(13),
                                                               "2026-08-01T00:00:00Z", RING)
     out.append({"name": "other-origin", "bundle": json.dumps(b), "keys": json.dumps(TRUSTED)})
+    # a receipt claiming log index 1 at position 0: its audit path is valid, its claim is not
+    liar_log, size = MerkleLog(InMemoryNodeStore()), 0
+    liar = RING.sign_receipt(dict(_receipt(5), log_index=1))
+    honest = RING.sign_receipt(dict(_receipt(6), log_index=1))
+    for r in (liar, honest):
+        size = liar_log.append(receipt_leaf_bytes(r), size)
+    cp = make_checkpoint(ORIGIN, 2, liar_log.root(2), "2026-08-01T00:00:00Z", RING)
+    out.append({"name": "log-index-liar", "keys": json.dumps(TRUSTED), "bundle": json.dumps(
+        {"receipts": [dict(liar, proof=receipt_proof(liar_log, 0, cp)),
+                      dict(honest, proof=receipt_proof(liar_log, 1, cp))]})})
     r = RING_OLD.sign_receipt(dict(_receipt(0), issued_at="2026-07-01T00:00:00Z"))
     out.append({"name": "retired-key-late", "keys": json.dumps(TRUSTED),
                 "bundle": json.dumps({"receipts": [dict(r, proof=served[0]["proof"])]})})

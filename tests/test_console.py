@@ -60,7 +60,8 @@ def test_console_is_served_with_the_policy(client):
         assert r.headers["content-security-policy"] == CONTENT_SECURITY_POLICY, rel
         if rel.endswith(".js"):
             assert "javascript" in r.headers["content-type"], rel  # module scripts need a JavaScript MIME type
-    for missing in ("/console/nope.js", "/console/%2e%2e/main.py", "/console/..%2fmain.py", "/console/js/%2e%2e/%2e%2e/main.py"):
+    for missing in ("/console/nope.js", "/console/%2e%2e/main.py", "/console/..%2fmain.py",
+                    "/console/js/%2e%2e/%2e%2e/main.py"):
         r = client.get(missing)
         assert r.status_code == 404, missing
         assert r.headers["content-security-policy"] == CONTENT_SECURITY_POLICY

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import random
 import shutil
@@ -118,10 +119,14 @@ def page(browser):
     assert pg.errors == [], pg.errors
 
 
-def shot(pg, name):
+def shot(pg, name, selector=None):
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        pg.screenshot(path=str(Path(SHOTS) / f"console-{name}.png"), full_page=True)
+        path = str(Path(SHOTS) / f"console-{name}.png")
+        if selector:
+            pg.locator(selector).screenshot(path=path)
+        else:
+            pg.screenshot(path=path, full_page=True)
 
 
 def sign_in(pg, live, key):
@@ -179,6 +184,7 @@ def test_sign_in_overview_and_model_page_with_its_plot(page, live):
         let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) n++; return n; }""") > 1000
     assert page.locator("#deletion-log tbody tr").count() == 20
     shot(page, "model")
+    shot(page, "model-plot", "#ledger-plot")
     page.click("#log-next")
     expect(page.locator("#deletion-log tbody tr")).to_have_count(2)
     assert page.locator("#deletion-log tbody tr td").first.inner_text() == "21"
@@ -229,7 +235,8 @@ def _drop(page, name: str, data: bytes) -> None:
         const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
         const dt = new DataTransfer();
         dt.items.add(new File([bytes], name, { type: 'application/json' }));
-        document.querySelector('#dropzone').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+        const drop = new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true });
+        document.querySelector('#dropzone').dispatchEvent(drop);
     }""", [name, base64.b64encode(data).decode()])
 
 
@@ -347,3 +354,39 @@ def test_console_verifier_agrees_with_the_python_verifier(page, live):
                   "from_checkpoint", "to_checkpoint", "proof"):
         assert {(check, True), (check, False)} <= outcomes, check
     assert sum(1 for v in vectors if v["name"].startswith("live")) > 50
+
+
+def test_console_canonical_json_matches_rfc8785(page, live):
+    """js/jcs.js against the Python rfc8785 package (app/receipts/canonical.py): numbers (random doubles of every
+    magnitude, integers at the safe limit), every ASCII control character, astral characters, and member order by
+    UTF-16 code units; and the same refusals (unsafe integers, lone surrogates)."""
+    import struct
+
+    from app.receipts.canonical import CanonicalJSONError, canonical_json
+
+    rng = random.Random(8785)
+    doubles = []
+    while len(doubles) < 400:
+        x = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]
+        if math.isfinite(x):
+            doubles.append(x)
+    doubles += [0.0, -0.0, 1e21, 1e-7, 1e-6, 123456789012345680000.0, 0.1 + 0.2, 5e-324, 2.0 ** -1074 * 3,
+                1.7976931348623157e308, 2 ** 53 - 1, -(2 ** 53 - 1), 1e16, 9.5367431640625e-07]
+    text = "".join(map(chr, range(0x80))) + "\u2028\u2029\ufeff\U0001f600é✓\\\"/"
+    keys = {chr(c): c for c in (0x7f, 0x80, 0xe9, 0xffff, 0xfb01, 0x10000, 0x1f600, 0x41, 0x61, 0x20)}
+    values = [doubles, text, keys, {"nested": [keys, {"b": [1, 2.5, None, True]}, "a"], "": []}]
+    refused = ['{"a": 9007199254740992}', '[-9007199254740993]', '"\\ud800"', '{"\\udfff": 1}', '[1e400]']
+    for r in refused:
+        with pytest.raises((CanonicalJSONError, ValueError)):
+            canonical_json(json.loads(r))
+    page.goto(live["url"] + "#/verify")
+    page.wait_for_selector("#dropzone")
+    got = page.evaluate("""async ([values, refused]) => {
+        const m = await import('./js/jcs.js');
+        const ok = values.map((t) => m.canonicalize(m.parseStrict(t, { python: true })));
+        const bad = refused.map((t) => { try { m.canonicalize(m.parseStrict(t, { python: true })); return 'accepted'; }
+                                         catch (e) { return e.constructor.name; } });
+        return [ok, bad];
+    }""", [[json.dumps(v) for v in values], refused])
+    assert got[0] == [canonical_json(v).decode("utf-8") for v in values]
+    assert got[1] == ["CanonicalJSONError"] * len(refused)

@@ -155,7 +155,7 @@ async function renderOverview(main) {
   h('button', { type: 'submit', text: 'Look up' }));
   fill(main, 
     h('div', { class: 'titlebar' }, h('h1', { text: 'Models' }), lookup),
-    items.length ? h('table', { class: 'grid', id: 'models' },
+    items.length ? h('div', { class: 'scroll' }, h('table', { class: 'grid', id: 'models' },
       h('thead', {}, h('tr', {}, ['Model', 'Family', 'Loss', 'Guarantee', 'Version', 'Learned', 'Forgotten', 'Privacy spent'].map((t) => h('th', { text: t })))),
       h('tbody', {}, items.map((m) => h('tr', { dataset: { model: m.id } },
         h('td', {}, h('a', { href: `#/models/${enc(m.id)}`, class: 'model-link', text: m.name }), h('div', {}, h('code', { class: 'muted', text: m.id }))),
@@ -165,7 +165,7 @@ async function renderOverview(main) {
         h('td', { class: 'num', text: m.version }),
         h('td', { class: 'num', text: m.n_records }),
         h('td', { class: 'num', text: m.n_forgotten }),
-        h('td', {}, spent(m)))))) : h('p', { class: 'muted', text: 'This tenant has no models (deleted models stay auditable: look up a record, or open a receipt).' }),
+        h('td', {}, spent(m))))))) : h('p', { class: 'muted', text: 'This tenant has no models (deleted models stay auditable: look up a record, or open a receipt).' }),
     truncated ? h('p', { class: 'muted', text: 'Only the first 1000 models are listed.' }) : null);
 }
 
@@ -202,8 +202,8 @@ async function boot() {
     route();
   });
   if (!await ed25519Supported()) {
-    $('#main').append(h('div', { class: 'error card', text: 'This browser cannot verify Ed25519 signatures with WebCrypto (or the page is not in a secure context): '
-      + 'the console\'s checks would fail. Use a current Chromium, Firefox or Safari over https (or localhost).' }));
+    document.body.insertBefore(h('div', { class: 'error card', role: 'alert', text: 'This browser cannot verify Ed25519 signatures with WebCrypto (or the page is not in a secure context): '
+      + 'the console\'s checks would fail. Use a current Chromium, Firefox or Safari over https (or localhost).' }), $('#main'));
   }
   window.addEventListener('hashchange', route);
   route();

@@ -45,7 +45,7 @@ export async function renderModel(main, id) {
         field('ε spent', `${num(ledger.epsilon)} at δ = ${num(ledger.delta)}`),
         ledger.capacity_total === null ? null : field('Deletion capacity', `${ledger.capacity_left} of ${ledger.capacity_total} left`),
         field('Epoch', String(ledger.epoch)), field('Ledger entries', String(ledger.entries.length))))),
-    h('section', { class: 'card' }, h('h2', { text: 'Privacy spent over deletions' }),
+    h('section', { class: 'card', id: 'ledger-plot' }, h('h2', { text: 'Privacy spent over deletions' }),
       h('p', { class: 'muted', text: points.length ? `From the ${points.length} signed receipts (each receipt's ledger_after).`
         + (all.truncated ? ' Only the first 5000 deletions are plotted.' : '') : 'No deletions yet.' }),
       points.length ? chartBox : null, points.length && ledger.capacity_total !== null ? capBox : null),
@@ -66,7 +66,7 @@ async function renderLogPage(box, id, stack) {
   const page = await getJson(`v1/models/${enc(id)}/deletions`, { params: { limit: PAGE, cursor } });
   const first = stack.length * PAGE;
   fill(box, 
-    page.items.length ? h('table', { class: 'grid' },
+    page.items.length ? h('div', { class: 'scroll' }, h('table', { class: 'grid' },
       h('thead', {}, h('tr', {}, ['#', 'Receipt', 'Record commitment', 'Forgotten at step', 'Mechanism', 'ρ', 'ε after', 'Issued'].map((t) => h('th', { text: t })))),
       h('tbody', {}, page.items.map((r, i) => h('tr', {},
         h('td', { class: 'num', text: first + i + 1 }),
@@ -76,7 +76,7 @@ async function renderLogPage(box, id, stack) {
         h('td', { text: r.mechanism.type }),
         h('td', { class: 'num', text: num(r.mechanism.rho) }),
         h('td', { class: 'num', text: num(r.ledger_after.epsilon) }),
-        h('td', { text: when(r.issued_at) }))))) : h('p', { class: 'muted', text: 'No receipts: nothing was forgotten.' }),
+        h('td', { text: when(r.issued_at) })))))) : h('p', { class: 'muted', text: 'No receipts: nothing was forgotten.' }),
     h('div', { class: 'pager' },
       h('button', { type: 'button', disabled: stack.length === 0, text: '‹ Previous',
         on: { click: () => renderLogPage(box, id, stack.slice(0, -1)) } }),
