@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from .api import admin, audit, models, problems, system
+from .api import admin, audit, console, models, problems, system
 from .api.limits import BodySizeLimit
 from .api.ratelimit import AuthFailureThrottle, RateLimit
 from .config import Settings
@@ -120,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (admin.router, models.router, audit.router, system.router):
         app.include_router(router)
     models.install_openapi(app)  # the learn body schemas (both shapes)
+    console.install(app)  # the read-only audit console at /console (static files, not in the OpenAPI document)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RateLimit, rate=settings.rate_limit or 0, burst=settings.rate_limit_burst)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)

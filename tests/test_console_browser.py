@@ -1,0 +1,392 @@
+"""The audit console in a real browser: Playwright for Python driving headless Chromium (Debian's package,
+/usr/bin/chromium; .ci/run installs it when missing) against a live service on a loopback port.
+
+Covered: sign-in (and the refusal of a key without the audit scope), the overview, a model page with its plot
+and paged deletion log, a receipt that verifies green, a bundle with one byte changed that verifies red with the
+reason (dropped on the page, verified without any request), the log monitor flagging a remembered checkpoint
+that the current log does not extend (a fork) or exceeds (a truncation), the record lookup, and the console's
+JavaScript verifier against the Python verifier on shared vectors (tests/console_vectors.py, plus receipts,
+bundles and proofs from the live server and their tampered variants).
+
+OLU_CONSOLE_SCREENSHOTS=DIR saves the pages as PNGs there (docs/ holds the committed ones).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from app.receipts.checkpoint import make_checkpoint
+
+from .console_vectors import python_report, synthetic_vectors, tamper_variants
+from .helpers import examples, unit_rows
+
+CHROMIUM = os.environ.get("OLU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - the test extra installs it
+    pytest.skip("the console browser tests need playwright (pip install -e '.[test]')", allow_module_level=True)
+if not CHROMIUM:
+    pytest.skip("the console browser tests need Chromium: apt-get install chromium (.ci/run does it as root), "
+                "or set OLU_CHROMIUM to a Chromium binary", allow_module_level=True)
+
+SHOTS = os.environ.get("OLU_CONSOLE_SCREENSHOTS")
+VIEWPORT = {"width": 1280, "height": 860}
+
+
+# ---- a live service with a tenant's audit trail ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def live():
+    from .conftest import start_server
+
+    data_dir = Path(tempfile.mkdtemp(prefix="olu-console-"))
+    srv, (uv, thread) = start_server(f"sqlite:///{data_dir / 'olu.db'}", data_dir, "sqlite")
+    tenant_id, key = srv.new_tenant("acme")
+    c = srv.client(key)
+
+    def model(algorithm, name, rows, prefix="rec"):
+        body = {"name": name, "algorithm": algorithm, "loss": "logistic", "dim": 4, "bounds": {"x_norm": 1.0},
+                "domain_radius": 10.0, "l2": 0.05, "privacy": {"epsilon": 1.0, "delta": 1e-6}}
+        r = c.post("/v1/models", json=body)
+        assert r.status_code == 201, r.text
+        mid = r.json()["id"]
+        assert c.post(f"/v1/models/{mid}/learn", json={"examples": examples(rows, prefix=prefix)}).status_code == 200
+        return mid
+
+    X = unit_rows(60, 4, seed=3)
+    churn = model("memory_pair", "churn-risk", X)
+    for b in range(11):  # 22 deletions: two pages of the deletion log
+        r = c.post(f"/v1/models/{churn}/unlearn", json={"ids": [f"rec-{2 * b}", f"rec-{2 * b + 1}"]})
+        assert r.status_code == 200, r.text
+    credit = model("retrain", "credit-score", X)
+    assert c.post(f"/v1/models/{credit}/unlearn", json={"ids": ["rec-3", "rec-40"]}).status_code == 200
+    old = model("retrain", "old-campaign", X[:10], prefix="old")
+    assert c.delete(f"/v1/models/{old}").status_code == 204
+    probe = model("retrain", "monitor-probe", X[:20], prefix="probe")
+    with srv.admin() as a:
+        audit = a.post(f"/v1/tenants/{tenant_id}/keys", json={"scopes": ["audit"]}).json()["api_key"]
+        predict = a.post(f"/v1/tenants/{tenant_id}/keys", json={"scopes": ["predict", "write"]}).json()["api_key"]
+    yield {"srv": srv, "url": srv.url + "/console/", "tenant": tenant_id, "key": key, "audit": audit,
+           "predict": predict, "churn": churn, "credit": credit, "old": old, "probe": probe, "client": c}
+    c.close()
+    uv.should_exit = True
+    thread.join(timeout=10)
+    srv.app.state.ctx.db.dispose()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--disable-gpu"])
+        yield b
+        b.close()
+
+
+# Recorded in every page before its scripts: CSP violations (none may happen). The tests wait with selectors and
+# expect(), never with wait_for_function(string): Playwright evaluates that string with eval, which the console's
+# policy (no 'unsafe-eval', Trusted Types) refuses, as it should.
+_WATCH = """
+window.__csp = [];
+document.addEventListener('securitypolicyviolation', (e) => window.__csp.push(
+    [e.violatedDirective, e.blockedURI, e.sourceFile, e.lineNumber, e.sample].join(' ')));
+"""
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+    context.add_init_script(_WATCH)
+    pg = context.new_page()
+    pg.errors = []
+    pg.requests = []
+    pg.on("pageerror", lambda e: pg.errors.append(f"page error: {e}"))
+    pg.on("console", lambda m: pg.errors.append(f"console {m.type}: {m.text}")
+          if m.type == "error" and "status of 40" not in m.text else None)
+    pg.on("request", lambda r: pg.requests.append(r))
+    yield pg
+    violations = pg.evaluate("window.__csp || []") if not pg.is_closed() else []
+    context.close()
+    assert violations == [], violations
+    assert pg.errors == [], pg.errors
+
+
+def shot(pg, name, selector=None):
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        path = str(Path(SHOTS) / f"console-{name}.png")
+        if selector:
+            pg.locator(selector).screenshot(path=path)
+        else:
+            pg.screenshot(path=path, full_page=True)
+
+
+def sign_in(pg, live, key):
+    pg.goto(live["url"])
+    pg.fill("#api-key", key)
+    pg.click("form.signin button[type=submit]")
+    pg.wait_for_selector("#models")
+
+
+# ---- sign-in -------------------------------------------------------------------------------------------------
+
+def test_sign_in_refuses_a_key_without_the_audit_scope(page, live):
+    page.goto(live["srv"].url + "/console")  # redirects to /console/
+    assert page.url.endswith("/console/")
+    page.wait_for_selector("#api-key")
+    shot(page, "signin")
+    page.fill("#api-key", live["predict"])
+    page.click("form.signin button[type=submit]")
+    expect(page.locator("#signin-error")).to_contain_text("audit scope")
+    assert page.evaluate("sessionStorage.length") == 0 and page.is_visible("#api-key")
+    page.fill("#api-key", "olu_not_a_key_at_all")
+    page.click("form.signin button[type=submit]")
+    expect(page.locator("#signin-error")).to_contain_text("unknown or revoked")
+    assert page.evaluate("sessionStorage.length") == 0
+
+
+def test_sign_in_overview_and_model_page_with_its_plot(page, live):
+    sign_in(page, live, live["audit"])
+    # the key: in sessionStorage only; never in a URL, a cookie or localStorage; sent as a bearer header
+    assert page.evaluate("Object.values(sessionStorage)") == [live["audit"]]
+    assert live["audit"] not in json.dumps(page.evaluate("Object.assign({}, localStorage)"))
+    assert page.context.cookies() == []
+    assert all(live["audit"] not in r.url for r in page.requests)
+    api = [r for r in page.requests if "/v1/" in r.url and "/v1/keys" not in r.url]
+    assert api and all(r.headers.get("authorization") == f"Bearer {live['audit']}" for r in api)
+    assert all(r.url.startswith(live["srv"].url) for r in page.requests)  # same origin only
+    assert page.get_attribute("#monitor", "data-state") == "first"
+    rows = page.locator("#models tbody tr")
+    assert rows.count() == 3
+    churn = page.locator(f"#models tr[data-model='{live['churn']}']").inner_text()
+    for text in ("churn-risk", "memory_pair", "logistic", "rho-zCDP", "60", "22", "of 1", "deletions left"):
+        assert text in churn, (text, churn)
+    assert "exact: no privacy spent" in page.locator(f"#models tr[data-model='{live['credit']}']").inner_text()
+    shot(page, "overview")
+
+    page.click(f"a.model-link[href='#/models/{live['churn']}']")
+    page.wait_for_selector("#privacy-chart canvas")
+    page.wait_for_selector("#capacity-chart canvas")
+    legend = page.inner_text("#privacy-chart")
+    for label in ("ρ spent", "ε spent", "ρ budget", "ε target"):
+        assert label in legend
+    # the plot is drawn: its canvas is not blank
+    assert page.evaluate("""() => { const c = document.querySelector('#privacy-chart canvas');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) n++; return n; }""") > 1000
+    assert page.locator("#deletion-log tbody tr").count() == 20
+    shot(page, "model")
+    shot(page, "model-plot", "#ledger-plot")
+    page.click("#log-next")
+    expect(page.locator("#deletion-log tbody tr")).to_have_count(2)
+    assert page.locator("#deletion-log tbody tr td").first.inner_text() == "21"
+
+
+# ---- receipts ---------------------------------------------------------------------------------------------------
+
+def test_a_receipt_verifies_green(page, live):
+    sign_in(page, live, live["key"])  # all scopes: the parameters are readable too
+    last = live["client"].get(f"/v1/models/{live['credit']}/deletions").json()["items"][-1]["id"]
+    page.goto(live["url"] + f"#/receipts/{last}")
+    page.wait_for_selector("#receipt-checks")
+    states = dict(zip(page.eval_on_selector_all("#receipt-checks li", "els => els.map(e => e.dataset.check)"),
+                      page.eval_on_selector_all("#receipt-checks li", "els => els.map(e => e.dataset.state)")))
+    assert states == {f"receipt.{c}": "pass" for c in ("canonical", "key", "signature", "checkpoint", "inclusion",
+                                                        "parameters")}, states
+    assert page.get_attribute(".verdict", "data-state") == "pass"
+    shot(page, "receipt")
+    # an erasure receipt of the deleted model: its exact-erasure terms are checked too
+    erasure = live["client"].get(f"/v1/models/{live['old']}/ledger").json()["erasure_receipt_id"]
+    page.goto(live["url"] + f"#/receipts/{erasure}")
+    page.wait_for_selector("#receipt-checks li[data-check='receipt.erasure'][data-state='pass']")
+    assert page.get_attribute(".verdict", "data-state") == "pass"
+
+
+def test_record_lookup_verifies_each_receipt(page, live):
+    sign_in(page, live, live["audit"])
+    page.click("#nav a[href='#/records']")
+    page.fill("#record-id", "rec-3")
+    page.press("#record-id", "Enter")
+    page.wait_for_selector("#record-result tbody tr")
+    rows = page.locator("#record-result tbody tr")
+    assert rows.count() == 2 and page.locator("#record-result tr[data-status='forgotten'] .badge.pass").count() == 2
+    shot(page, "record")
+    page.fill("#record-id", "old-1")
+    page.press("#record-id", "Enter")
+    page.wait_for_selector("#record-result tr[data-status='erased_with_model'] .badge.pass")
+    page.fill("#record-id", "no-such-record")
+    page.press("#record-id", "Enter")
+    page.wait_for_selector("#record-result .error")
+
+
+# ---- bundles verified offline ------------------------------------------------------------------------------------
+
+def _drop(page, name: str, data: bytes) -> None:
+    """Drop a file on the drop zone, as a person dragging it from their desktop would."""
+    page.evaluate("""([name, b64]) => {
+        const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+        const dt = new DataTransfer();
+        dt.items.add(new File([bytes], name, { type: 'application/json' }));
+        const drop = new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true });
+        document.querySelector('#dropzone').dispatchEvent(drop);
+    }""", [name, base64.b64encode(data).decode()])
+
+
+def test_a_bundle_with_one_byte_changed_verifies_red(page, live):
+    sign_in(page, live, live["audit"])
+    page.goto(live["url"] + f"#/models/{live['churn']}")
+    with page.expect_download() as dl:
+        page.click("#export-model")
+    bundle = Path(dl.value.path()).read_bytes()
+    assert json.loads(bundle)["receipts"]
+    page.click("#nav a[href='#/verify']")
+    page.wait_for_selector("#dropzone")
+    before = len(page.requests)
+    page.set_input_files("#bundle-file", files=[{"name": "bundle.json", "mimeType": "application/json",
+                                                  "buffer": bundle}])
+    page.wait_for_selector(".verdict[data-state='pass']")
+    # one byte changed: a hex digit of the first receipt's record commitment
+    at = bundle.index(b'"record_commitment":"') + len(b'"record_commitment":"') + 5
+    tampered = bundle[:at] + (b"0" if bundle[at:at + 1] != b"0" else b"1") + bundle[at + 1:]
+    assert len(tampered) == len(bundle) and sum(a != b for a, b in zip(tampered, bundle)) == 1
+    _drop(page, "bundle-tampered.json", tampered)
+    page.wait_for_selector(".verdict[data-state='fail']")
+    failures = page.inner_text("#file-failures")
+    assert "receipt[0].signature" in failures and "bad signature" in failures
+    assert "receipt[0].inclusion" in failures and "audit path does not lead to the root" in failures
+    assert "receipt[0].signature" in page.inner_text(".verdict")
+    shot(page, "verify-red")
+    # not strict JSON (a duplicate member): refused with the reason
+    _drop(page, "dup.json", b'{"receipts": [], "receipts": []}')
+    expect(page.locator("#file-failures")).to_contain_text("duplicate member")
+    assert len(page.requests) == before, [r.url for r in page.requests[before:]]  # nothing left the page
+
+
+# ---- the log monitor ---------------------------------------------------------------------------------------------
+
+def test_monitor_flags_a_log_the_remembered_checkpoint_is_not_consistent_with(page, live):
+    c = live["client"]
+    sign_in(page, live, live["audit"])
+    assert page.get_attribute("#monitor", "data-state") == "first"
+    cp = page.evaluate("Object.entries(localStorage).filter(([k]) => k.startsWith('olu.console.checkpoint:'))")
+    assert len(cp) == 1 and json.loads(cp[0][1])["checkpoint"]["origin"] == f"olu/{live['tenant']}"
+    # the log grows: consistent
+    assert c.post(f"/v1/models/{live['probe']}/unlearn", json={"ids": ["probe-0"]}).status_code == 200
+    page.reload()
+    page.wait_for_selector("#monitor[data-state='consistent']")
+    assert "grew from" in page.inner_text("#monitor")
+    # a fork: the browser remembers a checkpoint, validly signed by the service, of a log that differs from the
+    # current one (same origin, an earlier size, another root)
+    current = c.get("/v1/audit/checkpoint").json()
+    forged = make_checkpoint(current["origin"], current["tree_size"] - 2, bytes(range(32)), "2026-01-02T03:04:05Z",
+                             live["srv"].app.state.ctx.keyring)
+    key = f"olu.console.checkpoint:{current['origin']}"
+    page.evaluate("([k, v]) => localStorage.setItem(k, v)",
+                  [key, json.dumps({"checkpoint": forged, "verified_at": "2026-01-02T03:05:00Z"})])
+    page.reload()
+    page.wait_for_selector("#monitor[data-state='fork'][role='alert']")
+    assert "This log was rewritten" in page.inner_text("#monitor")
+    assert json.loads(page.evaluate("k => localStorage.getItem(k)", key))["checkpoint"] == forged  # evidence kept
+    shot(page, "monitor-fork")
+    # a truncation: the remembered log was longer than the current one
+    longer = make_checkpoint(current["origin"], current["tree_size"] + 5, bytes(32), "2026-01-02T03:04:05Z",
+                             live["srv"].app.state.ctx.keyring)
+    page.evaluate("([k, v]) => localStorage.setItem(k, v)",
+                  [key, json.dumps({"checkpoint": longer, "verified_at": "2026-01-02T03:05:00Z"})])
+    page.reload()
+    page.wait_for_selector("#monitor[data-state='truncated'][role='alert']")
+    assert "entries were removed" in page.inner_text("#monitor")
+
+
+# ---- the JavaScript verifier against the Python verifier ---------------------------------------------------------
+
+def _live_vectors(live) -> list[dict]:
+    c = live["client"]
+    keys = c.get("/v1/keys").text
+    out = []
+    for label, params in (("model", {"model_id": live["churn"]}), ("deleted-model", {"model_id": live["old"]}),
+                          ("record", {"record_id": "rec-3"}), ("erased-record", {"record_id": "old-1"})):
+        r = c.get("/v1/audit/export", params=params)
+        assert r.status_code == 200, r.text
+        out.append({"name": f"live-{label}-bundle", "bundle": r.text, "keys": keys})
+    for item in c.get(f"/v1/models/{live['credit']}/deletions").json()["items"]:
+        text = c.get(f"/v1/receipts/{item['id']}").text
+        out.append({"name": f"live-receipt-{item['id']}", "bundle": '{"receipts": [' + text + ']}', "keys": keys})
+    proof = c.get("/v1/audit/consistency", params={"from_size": 3}).json()
+    out.append({"name": "live-consistency", "keys": keys, "bundle": json.dumps({"consistency": {
+        "from": proof["from_checkpoint"], "to": proof["to_checkpoint"], "hashes": proof["hashes"]}})})
+    rng = random.Random(2024)
+    for v in list(out):
+        b = json.loads(v["bundle"])
+        out += tamper_variants(v["name"], b, json.loads(keys), rng, count=12)
+    return out
+
+
+def test_console_verifier_agrees_with_the_python_verifier(page, live):
+    vectors = synthetic_vectors() + _live_vectors(live)
+    for v in vectors:
+        v["expected"] = python_report(v)
+    page.goto(live["url"] + "#/verify")
+    page.wait_for_selector("#dropzone")
+    got = page.evaluate("""async (vectors) => {
+        const m = await import('./js/verify.js');
+        const out = [];
+        for (const v of vectors) {
+            const r = await m.verifyBundle(m.strictLoads(v.bundle), m.strictLoads(v.keys));
+            out.push(r.checks.map((c) => [c.check, c.ok, c.detail]));
+        }
+        return out;
+    }""", [{"bundle": v["bundle"], "keys": v["keys"]} for v in vectors])
+    assert len(got) == len(vectors)
+    mismatches = [(v["name"], g, v["expected"]) for v, g in zip(vectors, got) if g != v["expected"]]
+    assert not mismatches, mismatches[:3]
+    # the vectors exercise both outcomes of every kind of check
+    outcomes = {(c[0].split(".")[-1], c[1]) for v in vectors for c in v["expected"]}
+    for check in ("canonical", "key", "signature", "checkpoint", "inclusion", "mechanism", "erasure", "records",
+                  "from_checkpoint", "to_checkpoint", "proof"):
+        assert {(check, True), (check, False)} <= outcomes, check
+    assert sum(1 for v in vectors if v["name"].startswith("live")) > 50
+
+
+def test_console_canonical_json_matches_rfc8785(page, live):
+    """js/jcs.js against the Python rfc8785 package (app/receipts/canonical.py): numbers (random doubles of every
+    magnitude, integers at the safe limit), every ASCII control character, astral characters, and member order by
+    UTF-16 code units; and the same refusals (unsafe integers, lone surrogates)."""
+    import struct
+
+    from app.receipts.canonical import CanonicalJSONError, canonical_json
+
+    rng = random.Random(8785)
+    doubles = []
+    while len(doubles) < 400:
+        x = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]
+        if math.isfinite(x):
+            doubles.append(x)
+    doubles += [0.0, -0.0, 1e21, 1e-7, 1e-6, 123456789012345680000.0, 0.1 + 0.2, 5e-324, 2.0 ** -1074 * 3,
+                1.7976931348623157e308, 2 ** 53 - 1, -(2 ** 53 - 1), 1e16, 9.5367431640625e-07]
+    text = "".join(map(chr, range(0x80))) + "\u2028\u2029\ufeff\U0001f600é✓\\\"/"
+    keys = {chr(c): c for c in (0x7f, 0x80, 0xe9, 0xffff, 0xfb01, 0x10000, 0x1f600, 0x41, 0x61, 0x20)}
+    values = [doubles, text, keys, {"nested": [keys, {"b": [1, 2.5, None, True]}, "a"], "": []}]
+    refused = ['{"a": 9007199254740992}', '[-9007199254740993]', '"\\ud800"', '{"\\udfff": 1}', '[1e400]']
+    for r in refused:
+        with pytest.raises((CanonicalJSONError, ValueError)):
+            canonical_json(json.loads(r))
+    page.goto(live["url"] + "#/verify")
+    page.wait_for_selector("#dropzone")
+    got = page.evaluate("""async ([values, refused]) => {
+        const m = await import('./js/jcs.js');
+        const ok = values.map((t) => m.canonicalize(m.parseStrict(t, { python: true })));
+        const bad = refused.map((t) => { try { m.canonicalize(m.parseStrict(t, { python: true })); return 'accepted'; }
+                                         catch (e) { return e.constructor.name; } });
+        return [ok, bad];
+    }""", [[json.dumps(v) for v in values], refused])
+    assert got[0] == [canonical_json(v).decode("utf-8") for v in values]
+    assert got[1] == ["CanonicalJSONError"] * len(refused)
