@@ -386,7 +386,7 @@ class DescentToDelete(Unlearner):
             learn = train + worst_round
         else:
             forget = round_cost(ROUNDS_WORST)
-            learn = max(train, batch * forget)
+            learn = max(train, batch * (forget - once) + once)  # the kept records are read once per request
         fields = ("hyperparameters.max_records", "dim", "hyperparameters.iterations", "hyperparameters.chunk_size")
         hint = "" if eng.hp["retrain_when_cheaper"] else (", or set retrain_when_cheaper true (without it a round's "
                                                           f"cost grows with the rounds of an epoch; taken at round {ROUNDS_WORST})")
