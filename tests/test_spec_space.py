@@ -293,6 +293,13 @@ def walk(client, body: dict, n: int, seed: int) -> str:
     return "served"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def forget_outcomes():
+    """The walk's forget counts (printed with -s): certified/exact forgets, known gaps, documented capacity ends."""
+    yield
+    print(f"\nspec-space walk forgets: {dict(sorted(FORGET_OUTCOMES.items()))}")
+
+
 # ---- in process --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def asgi(tmp_path_factory):
