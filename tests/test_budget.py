@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import secrets
 
-import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings

@@ -25,6 +25,7 @@ RELEASE = 400.0     # one coordinate of a discrete Gaussian release (CKS20 sampl
 READ = 25_000.0     # one retained record read from the store (AES-GCM open of its key and of its sealed row)
 PAGE = 200_000.0    # one page query of the retained store (a chunk of ``chunk_size`` records)
 F64 = 8             # bytes per float64
+DISTRIBUTED = 1.7   # descent_to_delete distributed: measured / counted (reservoir updates, slot bookkeeping, selection)
 
 
 # A derived retained-record cap leaves room for a forget request of this many records (families whose forget work

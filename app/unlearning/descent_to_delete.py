@@ -357,14 +357,14 @@ class DescentToDelete(Unlearner):
             sz = eng.sizes
             group = max(1, c // sz.P)
             per_copy_calls = sz.K if softmax else math.ceil(sz.K / group)
-            train = (sz.C * eng.T * (sz.B * wb.grad_flops(p) * wb.FLOP + per_copy_calls * wb.STEP)
-                     + sz.C * rd(min(sz.B, N), 500) + 2 * rd(N, c) + sz.C * N * wb.grad_flops(p) + once)
+            train = wb.DISTRIBUTED * (sz.C * eng.T * (sz.B * wb.grad_flops(p) * wb.FLOP + per_copy_calls * wb.STEP)
+                                      + sz.C * rd(min(sz.B, N), 500) + 2 * rd(N, c) + sz.C * N * wb.grad_flops(p) + once)
 
             def round_cost(i: int) -> float:
                 Ti = dm.distributed_budget(eng.c, sz, N, eng.I, i, spec.delta)
                 iters = dm.distributed_partition_iterations(eng.c, sz, N, eng.I, i, spec.delta, 1)
-                return (sz.C * (N * Ti * wb.grad_flops(p) * wb.FLOP + iters * wb.STEP + rd(sz.P, 500))
-                        + 3 * rd(N, c) + sz.C * N * wb.grad_flops(p) + wb.release(p) + once)
+                return wb.DISTRIBUTED * (sz.C * (N * Ti * wb.grad_flops(p) * wb.FLOP + iters * wb.STEP + rd(sz.P, 500))
+                                         + 3 * rd(N, c) + sz.C * N * wb.grad_flops(p) + wb.release(p) + once)
             mem = wb.F64 * max(sz.C * sz.K * p, min(group * sz.P, N) * (p + 1) * 2, sz.C * sz.B)
         else:
             train = eng.T * gd(N) + wb.release(p) + once
