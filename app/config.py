@@ -27,6 +27,20 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(32 * 1024 * 1024, description="Largest accepted request body.")
     max_batch: int = Field(10_000, description="Most examples (or ids) in one learn/unlearn/predict call.")
     max_dim: int = Field(100_000, description="Largest model dimension.")
+    max_request_work: float = Field(
+        3e9, gt=0, allow_inf_nan=False,
+        description="Work one request of a model may take, in work units (one unit is about one nanosecond of one "
+                    "core of the reference machine; app/unlearning/budget.py).  At creation the service estimates, "
+                    "from the spec alone, the worst case of a learn of max_batch examples, a forget of one record "
+                    "and an exact retrain, and refuses (422 naming the field and its accepted range) a spec over it.")
+    max_request_memory: int = Field(
+        1 << 30, ge=1 << 20,
+        description="Bytes the largest array of one request may take (a dense p x p Newton system and LAPACK's copy "
+                    "of it included); checked at creation like max_request_work.")
+    max_retained_records: int = Field(
+        1_000_000, ge=1,
+        description="The largest retained-record cap (hyperparameters.max_records) the service fills in for a "
+                    "model that keeps its records, when the budget allows more.")
     rate_limit: float | None = Field(
         1000.0, description="Requests per second per API key (in-process token bucket: per replica); empty or 0: off.")
     rate_limit_burst: float | None = Field(None, description="Bucket size; default: the rate (one second's worth).")

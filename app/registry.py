@@ -6,6 +6,7 @@ engine class named by the spec supplies its own hyperparameter defaults, constan
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import math
@@ -13,7 +14,7 @@ import re
 import sys
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from .db.state_codec import pack_state, unpack_state
 from .privacy import rho_from_epsilon_delta
 from .privacy.ledger import BudgetExhausted, LedgerState, accounting_from_params
 from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, fast, fast_dgauss
+from .unlearning.budget import FORGET_BATCH, Budget, Cost
 from .unlearning.calibration import ALL_FIELDS, N_MAX, require_finite_array
 from .unlearning.losses import MAX_CLASSES, make_loss
 
@@ -33,8 +35,9 @@ def _rho(epsilon: float, delta: float) -> float:
     return rho_from_epsilon_delta(epsilon, delta, conversion=CONVERSION)
 
 
-def _spec_of(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
-    """Validate a ModelCreate payload into an engine spec (every default filled in), calibration included."""
+def _spec_of(payload: dict[str, Any], *, max_dim: int, budget: Budget | None = None) -> ModelSpec:
+    """Validate a ModelCreate payload into an engine spec (every default filled in), calibration included, and,
+    given a budget, the work and memory of one request (``check_budget``)."""
     if payload["dim"] > max_dim:
         raise SpecError(f"dim must be at most {max_dim}", fields=("dim",))
     n_classes, classes = _classes_of(payload, max_dim=max_dim)
@@ -68,7 +71,7 @@ def _spec_of(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
     except (ArithmeticError, ValueError) as e:  # a family check that failed outside its Checks: still a refusal
         raise SpecError(f"{spec.algorithm}: the calibration cannot be computed ({type(e).__name__}: {e})",
                         fields=ALL_FIELDS) from None
-    return spec
+    return spec if budget is None else check_budget(cls, spec, budget)
 
 
 def _classes_of(payload: dict[str, Any], *, max_dim: int) -> tuple[int, tuple[str, ...] | None]:
@@ -118,7 +121,7 @@ def _check_ledger(engine) -> None:
                         f"({type(e).__name__}: {e})", fields=eps) from None
 
 
-def build_spec(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
+def build_spec(payload: dict[str, Any], *, max_dim: int, budget: Budget | None = None) -> ModelSpec:
     """Validate a ModelCreate payload into an engine spec with every default filled in.
 
     A refusal is a ``SpecError`` whose ``fields`` names the field to change (its API path) and whose
@@ -126,10 +129,154 @@ def build_spec(payload: dict[str, Any], *, max_dim: int) -> ModelSpec:
     family's own checks (``accepted_range``), or None when no single field's value makes the spec valid.
     """
     try:
-        return _spec_of(payload, max_dim=max_dim)
+        return _spec_of(payload, max_dim=max_dim, budget=budget)
     except SpecError as e:
-        e.field, e.accepted = locate(payload, e, max_dim=max_dim)
+        if not getattr(e, "located", False):  # the budget check names its field and range itself
+            e.field, e.accepted = locate(payload, e, max_dim=max_dim)
         raise
+
+
+# ---- the work and memory of one request (issue 21) ----------------------------------------------------------------
+def request_budget(settings) -> Budget:
+    """The per-request budget of app.config.Settings."""
+    return Budget(work=float(settings.max_request_work), memory=float(settings.max_request_memory),
+                  batch=int(settings.max_batch), max_records=int(settings.max_retained_records))
+
+
+def _excess(cost: Cost, budget: Budget) -> list[tuple[str, float, float, tuple[str, ...]]]:
+    """(what, amount, limit, fields) for each figure of one request over the budget."""
+    out = []
+    for what, value, fields in (("learn", cost.learn, cost.learn_fields),
+                                ("forget of one record", cost.forget, cost.forget_fields),
+                                ("exact retrain", cost.retrain, cost.forget_fields)):
+        if not value <= budget.work:
+            out.append((what, value, budget.work, fields))
+    biggest = max(cost.array_bytes, 16.0 * cost.solve * cost.solve)  # a dense p x p system and LAPACK's copy
+    if not biggest <= budget.memory:
+        out.append(("largest array", biggest, budget.memory, cost.memory_fields))
+    return out
+
+
+def _fits(cls: type[Unlearner], spec: ModelSpec, budget: Budget, batch: int = 1) -> bool:
+    try:
+        return not _excess(cls.cost(spec, batch), budget)
+    except (SpecError, ArithmeticError, ValueError, OverflowError):
+        return False
+
+
+def _largest(ok, lo: int, hi: int) -> int | None:
+    """The largest integer in [lo, hi] for which the monotone predicate ``ok`` holds (None if none)."""
+    if hi < lo or not ok(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
+    return lo
+
+
+def _varied(spec: ModelSpec, path: str, value: int) -> ModelSpec:
+    if path == "dim":
+        return dataclasses.replace(spec, dim=value)
+    if path == "n_classes":
+        return dataclasses.replace(spec, n_classes=value)
+    return spec.with_hyperparameters({**spec.hyperparameters, path.split(".", 1)[1]: value})
+
+
+def _budget_range(cls, spec: ModelSpec, budget: Budget, fields: Sequence[str]) -> tuple[str | None, tuple | None]:
+    """The first integer field among ``fields`` some smaller value of which fits the budget (a learn of one
+    example) with every other field as given: (field, (smallest accepted, largest accepted))."""
+    hp = spec.hyperparameters
+    for path in fields:
+        current = (spec.dim if path == "dim" else spec.n_classes if path == "n_classes"
+                   else hp.get(path.split(".", 1)[1]) if path.startswith("hyperparameters.") else None)
+        if isinstance(current, bool) or not isinstance(current, int) or current < 1:
+            continue
+        low = 2 if path == "n_classes" else 1
+        best = _largest(lambda v: _fits(cls, _varied(spec, path, v), budget), low, current)
+        if best is not None:
+            return path, (float(low), float(best))
+    return None, None
+
+
+def _refusal(cls, spec: ModelSpec, budget: Budget, what: str, amount: float, limit: float,
+             fields: Sequence[str], hint: str = "") -> SpecError:
+    unit = "bytes" if what == "largest array" else "work units (about ns of one core)"
+    err = SpecError(f"{spec.algorithm}: one {what} would take about {amount:.3g} {unit}, over the service's "
+                    f"per-request budget of {limit:.3g} (OLU_MAX_REQUEST_{'MEMORY' if unit == 'bytes' else 'WORK'}); "
+                    f"lower {' or '.join(fields[:3])}{hint}", fields=fields)
+    err.field, err.accepted = _budget_range(cls, spec, budget, fields)
+    return _located(err, fields)
+
+
+def _per_request(hp: dict[str, Any], key: str, fits, most: int, err) -> int | None:
+    """The per-request limit ``key`` (max_learn_batch / max_forget_batch): the largest count in [1, most] that
+    ``fits``; None when ``most`` fits (no limit needed); a given value above it is refused."""
+    if fits(most):
+        return hp.get(key)
+    k = _largest(fits, 1, most)
+    if k is None:
+        raise err(None)
+    given = hp.get(key)
+    if given is not None and given > k:
+        raise err(k)
+    return k if given is None else given
+
+
+def check_budget(cls: type[Unlearner], spec: ModelSpec, budget: Budget) -> ModelSpec:
+    """Refuse a spec one request of which would exceed the budget (work units of one core, bytes of one array,
+    the dense system LAPACK would be handed), naming the field to lower and its accepted range; fill in the
+    retained-record cap ``max_records`` of a family that keeps records (the most records within the budget, at
+    most ``budget.max_records``) and the per-request limits ``max_learn_batch`` / ``max_forget_batch`` where
+    they bind (the most examples / records one request may name within the budget)."""
+    hp = dict(spec.hyperparameters)
+    if not cls.keeps_records(spec) and hp.get("max_records") is not None:
+        raise _located(SpecError(f"{spec.algorithm}: max_records applies to models that keep the learned records; "
+                                 "this one keeps none", fields=("hyperparameters.max_records",)))
+    if cls.keeps_records(spec) and hp.get("max_records") is None:
+        def room(batch: int, forgets: int):
+            def ok(n: int) -> bool:  # a learn of ``batch`` and a forget of ``forgets`` records fit too
+                try:
+                    c = cls.cost(spec.with_hyperparameters({**hp, "max_records": n}), batch)
+                except (SpecError, ArithmeticError, ValueError, OverflowError):
+                    return False
+                return not _excess(c, budget) and c.forget_request(forgets) <= budget.work
+            return ok
+        wide = min(FORGET_BATCH, budget.batch)
+        hp["max_records"] = next((n for ok in (room(budget.batch, wide), room(1, wide), room(1, 1))
+                                  if (n := _largest(ok, 1, budget.max_records)) is not None), 1)
+    spec = spec.with_hyperparameters(hp)
+    one = cls.cost(spec, 1)
+    over = _excess(one, budget)
+    if over:
+        raise _refusal(cls, spec, budget, *over[0], hint=one.hint)
+
+    def limit_error(key: str, what: str):
+        def make(k: int | None) -> SpecError:
+            field = f"hyperparameters.{key}"
+            e = SpecError(f"{spec.algorithm}: a {what} of {hp.get(key)} would exceed the per-request work budget of "
+                          f"{budget.work:.3g} work units (OLU_MAX_REQUEST_WORK)", fields=(field,))
+            e.field, e.accepted = field, (None if k is None else (1.0, float(k)))
+            return _located(e)
+        return make
+
+    def learn_fits(b: int) -> bool:
+        return _fits(cls, spec, budget, b)
+
+    hp["max_learn_batch"] = _per_request(hp, "max_learn_batch", learn_fits, min(budget.batch, hp.get("max_learn_batch")
+                                         or budget.batch), limit_error("max_learn_batch", "learn request"))
+    cost = cls.cost(spec, int(hp["max_learn_batch"] or budget.batch))
+    hp["max_forget_batch"] = _per_request(hp, "max_forget_batch", lambda k: cost.forget_request(k) <= budget.work,
+                                          min(budget.batch, hp.get("max_forget_batch") or budget.batch),
+                                          limit_error("max_forget_batch", "forget request"))
+    return spec.with_hyperparameters({k: v for k, v in hp.items() if v is not None or k not in
+                                      ("max_learn_batch", "max_forget_batch")})
+
+
+def _located(err: SpecError, fields: Sequence[str] = ()) -> SpecError:
+    if err.field is None and (fields or err.fields):
+        err.field = (fields or err.fields)[0]
+    err.located = True  # type: ignore[attr-defined]
+    return err
 
 
 # ---- which field, and what range of it, the family accepts ------------------------------------------------

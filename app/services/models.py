@@ -23,7 +23,7 @@ from ..db.tables import LedgerEntry, Model, ModelState, Receipt, Record, RecordB
 from ..errors import Problem
 from ..features import FeatureError, FeatureSpecError, dense_rows, normalize_spec
 from ..ids import id_pattern, new_id, utcnow
-from ..registry import (ModelRegistry, build_spec, loss_for, published_array, published_bytes, spec_from_json,
+from ..registry import (ModelRegistry, build_spec, request_budget, loss_for, published_array, published_bytes, spec_from_json,
                         spec_to_json)
 from ..unlearning.base import NumericError
 from ..unlearning.calibration import require_finite_array
@@ -296,7 +296,7 @@ class ModelService:
                     "field": field, "pointer": "/" + field.replace(".", "/"), "loc": ["body", *field.split(".")],
                     "msg": str(e)}]) from None
         try:
-            spec = build_spec(payload, max_dim=self.settings.max_dim)
+            spec = build_spec(payload, max_dim=self.settings.max_dim, budget=request_budget(self.settings))
         except SpecError as e:
             raise spec_problem(e) from None
         engine = self.registry.new_engine(spec)
@@ -448,6 +448,10 @@ class ModelService:
             if held:
                 raise Problem(409, "duplicate-record", f"Record id {ids[min(held)]!r} was already used in this model.")
             engine = self._checkout(s, row)
+            limit = engine.learn_batch_limit()  # the model's work budget per request (issue 21)
+            if limit is not None and len(ids) > limit:
+                raise Problem(413, "batch-too-large", f"This model learns at most {limit} examples per request (its "
+                              "work budget, hyperparameters.max_learn_batch); send them in several requests.")
             left = engine.learn_capacity()
             if left is not None and len(ids) > left:
                 raise Problem(409, "horizon-reached", f"The model was created for a horizon of {engine.step + left} "

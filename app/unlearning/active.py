@@ -52,6 +52,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
+from . import budget as wb
 from . import release
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
 from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
@@ -129,6 +130,7 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         self.gamma_gd = (self.beta - self.mu) / (self.beta + self.mu)
         self.chunk_size = CHUNK_SIZE
         self._reset(t=0)
+        self.n_forgotten = 0  # records forgotten over every epoch (records_held; never reset by a retrain)
 
     def _reset(self, t: int) -> None:
         self.theta = np.zeros(self.spec.n_params)  # data-independent start in K
@@ -190,11 +192,36 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         # grows like i^(omega/2), are refused at runtime once they could not (require_release_feasible in forget)
         release_checks(checks, eng.noise_multiplier(1), spec.n_params, *eps, "hyperparameters.omega")
 
+    @classmethod
+    def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
+        """Learn: OGD.  Each forgotten record: a GD phase of at most I = planned_gd_steps (<= max_gd_steps) steps
+        on the N = max_records kept records (two_phase: full-batch passes, read once while they fit CACHE_FLOATS,
+        re-read every step otherwise; single: the anchor search reads up to N records one by one, then I steps on
+        one example), then a release.  Retrain: read and replay OGD over N records."""
+        eng = cls(spec)
+        p, N = spec.n_params, int(spec.hyperparameters.get("max_records") or batch)
+        I = eng.planned_gd_steps(N_MAX, N_MAX)
+        if eng.variant == "single":
+            each = N * (wb.PAGE + wb.READ) + I * (wb.STEP + 4.0 * p) + wb.release(p)
+            mem = wb.F64 * p * 4
+        else:
+            cached = N * p <= CACHE_FLOATS
+            each = (1 if cached else I + 1) * wb.read(N, p, CHUNK_SIZE) + I * wb.gd_pass(N, p, CHUNK_SIZE) + wb.release(p)
+            mem = wb.F64 * (min(N * (p + 1), CACHE_FLOATS + CHUNK_SIZE * p) + CHUNK_SIZE * p)
+        replay = wb.read(N, p, CHUNK_SIZE) + wb.ogd_steps(N, p)
+        forget_fields = ("hyperparameters.max_records", "hyperparameters.max_gd_steps", "dim")
+        return wb.Cost(learn=wb.ogd_steps(batch, p), forget=each, forget_each=each, retrain=replay, array_bytes=mem,
+                       forget_fields=forget_fields, memory_fields=("dim", "hyperparameters.max_records"))
+
+    def records_held(self) -> int:
+        return self.t - self.n_forgotten
+
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         return {
             "theta": self.theta.copy(), "t": self.t, "n_deletions": self.n_deletions, "n_fallbacks": self.n_fallbacks,
             "rho_spent": self.rho_spent, "last_tau": self.last_tau, "epoch": self.epoch,
+            "n_forgotten": self.n_forgotten,
             "phase_tau": np.asarray(self.phase_tau, dtype=np.int64),
             "phase_steps": np.asarray(self.phase_steps, dtype=np.int64),
             "phase_anchor": np.asarray(self.phase_anchor, dtype=np.int64),
@@ -211,6 +238,7 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         self.rho_spent = float(state["rho_spent"])
         self.last_tau = int(state["last_tau"])
         self.epoch = int(state["epoch"])
+        self.n_forgotten = int(state.get("n_forgotten", self.n_deletions))  # states stored before the counter
         cols = [np.asarray(state[k], dtype=np.int64).reshape(-1).tolist()
                 for k in ("phase_tau", "phase_steps", "phase_anchor", "phase_size")]
         if len({len(c) for c in cols}) != 1:
@@ -420,6 +448,7 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
                 self.release_tau.append(tau)
                 self.release_grid.append(grid)
             self.n_deletions = i
+            self.n_forgotten += 1
             self.rho_spent += rho_i
             self.last_tau = tau
             details.update(Delta_u=delta_u, Gamma=G, grid=grid, shift=shift, roundoff_floor=floor)

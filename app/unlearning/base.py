@@ -5,6 +5,7 @@ The engine is pure numpy: no I/O, no web framework, no SQL.  The service talks t
 """
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import Any, ClassVar, Collection, Iterator, Mapping, Protocol, Seque
 
 import numpy as np
 
+from . import budget as wb
 from .certificate import Certificate
 from .noise import NoiseSource, SecureGaussianNoise
 
@@ -19,6 +21,25 @@ from .noise import NoiseSource, SecureGaussianNoise
 # normalised its vectors); the public constants are computed with the bound inflated by the same
 # factor, so every certified constant stays true.
 BOUND_TOLERANCE = 1e-9
+# Hyperparameters every family takes (issue 21): the retained-record cap of the families whose work grows with the
+# records they keep, and the most examples one learn request / records one forget request may name; the service
+# fills them in at creation from its work budget where they bind (app/registry.py); the engine enforces them
+# (learn_capacity, learn_batch_limit, forget).
+LIMIT_KEYS = ("max_records", "max_learn_batch", "max_forget_batch")
+
+
+def normalize_limits(limits: Mapping[str, Any]) -> dict[str, Any]:
+    """``max_records`` / ``max_forget_batch``: absent, null or an integer >= 1."""
+    out: dict[str, Any] = {}
+    for key, v in limits.items():
+        if v is None:
+            continue
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= int(v) <= 10**12:
+            raise SpecError(f"{key} must be an integer in [1, 10^12]", fields=(f"hyperparameters.{key}",))
+        out[key] = int(v)
+    return out
 
 
 class SpecError(ValueError):
@@ -181,6 +202,39 @@ class Unlearner(ABC):
         self.spec = spec
         self.noise: NoiseSource = noise if noise is not None else SecureGaussianNoise()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every family takes the limit hyperparameters (LIMIT_KEYS) without knowing them: its own
+        ``normalize_hyperparameters`` sees the spec without them and they are checked and put back afterwards;
+        its ``forget`` refuses a request naming more records than ``max_forget_batch`` before anything changes."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("normalize_hyperparameters")
+        if own is not None and not getattr(own.__func__, "_limits", False):
+            fn = own.__func__
+
+            @functools.wraps(fn)
+            def normalize(klass, spec: ModelSpec) -> dict[str, Any]:
+                hp = dict(spec.hyperparameters)
+                limits = {k: hp.pop(k) for k in LIMIT_KEYS if k in hp}
+                out = fn(klass, spec.with_hyperparameters(hp) if limits else spec)
+                out.update(normalize_limits(limits))
+                return out
+
+            normalize._limits = True  # type: ignore[attr-defined]
+            cls.normalize_hyperparameters = classmethod(normalize)  # type: ignore[method-assign]
+        forget = cls.__dict__.get("forget")
+        if forget is not None and not getattr(forget, "_limits", False):
+            @functools.wraps(forget)
+            def limited(self, steps, retained=None):
+                cap = self.spec.hyperparameters.get("max_forget_batch")
+                if cap is not None and len(steps) > int(cap):
+                    raise ForgetError(f"this model forgets at most {int(cap)} records per request (its work "
+                                      f"budget, hyperparameters.max_forget_batch); send the {len(steps)} ids in "
+                                      "several requests")
+                return forget(self, steps, retained)
+
+            limited._limits = True  # type: ignore[attr-defined]
+            cls.forget = limited  # type: ignore[method-assign]
+
     # ---- construction -------------------------------------------------------------------
     @classmethod
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
@@ -254,8 +308,38 @@ class Unlearner(ABC):
         return None
 
     def learn_capacity(self) -> int | None:
-        """How many more examples the model may learn (a declared horizon), or None for no limit."""
+        """How many more examples the model may learn (a declared horizon, or the retained-record cap
+        ``max_records`` less the records held), or None for no limit."""
+        cap = self.spec.hyperparameters.get("max_records")
+        held = self.records_held()
+        if cap is None or held is None:
+            return None
+        return max(0, int(cap) - held)
+
+    def learn_batch_limit(self) -> int | None:
+        """The most examples one learn request may carry (``max_learn_batch``: the work budget), or None."""
+        cap = self.spec.hyperparameters.get("max_learn_batch")
+        return None if cap is None else int(cap)
+
+    def records_held(self) -> int | None:
+        """The records this model keeps now (families that keep data; None for the others)."""
         return None
+
+    # ---- work and memory (issue 21) ----------------------------------------------------------------
+    @classmethod
+    def keeps_records(cls, spec: ModelSpec) -> bool:
+        """Whether the work of a request grows with the records the model keeps: such a spec needs the retained-
+        record cap ``max_records`` (filled in by the service from its budget when not given)."""
+        return bool(cls.needs_retained_data)
+
+    @classmethod
+    def cost(cls, spec: ModelSpec, batch: int) -> "wb.Cost":
+        """The worst case of one request (app/unlearning/budget.py), from the normalised spec alone: ``batch`` is
+        the largest learn request; a family that keeps records reads its cap from ``max_records``.  This default
+        is the one-pass online learner: one projected OGD step per example, a Gaussian release per forget."""
+        p = spec.n_params
+        return wb.Cost(learn=wb.ogd_steps(batch, p), forget=wb.release(p), forget_each=wb.release(p),
+                       array_bytes=wb.F64 * p)
 
     def retrain(self, retained: RetainedData) -> None:
         """Exact retrain on the retained examples: a new ledger epoch (data-holding families)."""

@@ -34,9 +34,11 @@ from typing import Any
 
 import numpy as np
 
+from . import budget as wb
 from . import d2d_math as dm
 from . import release
 from .base import (
+    ArrayRetained,
     CapacityExhausted,
     ForgetError,
     ModelSpec,
@@ -73,6 +75,22 @@ STRONGLY_CONVEX = ("secret", "perfect", "distributed")
 HP_KEYS = {"variant", "iterations", "xi", "beta", "selection", "regularization", "retrain_when_cheaper", "chunk_size",
            "huber_delta"}
 SELECTIONS = ("min_loss", "single")
+# the round index at which an epoch's update cost is taken when nothing caps it (retrain_when_cheaper false)
+ROUNDS_WORST = 10**6
+# A request reads the kept records once into memory while they stay below this many floats (128 MB), instead of
+# re-reading (and decrypting) the store on every gradient pass; larger sets are streamed pass by pass.
+CACHE_FLOATS = 16_000_000
+
+
+def cached(retained: RetainedData | None, dim: int) -> RetainedData | None:
+    """The kept records of one request, in memory when they fit CACHE_FLOATS (one read of the store)."""
+    if retained is None or isinstance(retained, ArrayRetained) or len(retained) * (dim + 1) > CACHE_FLOATS:
+        return retained
+    parts = list(retained.chunks(4096))
+    if not parts:
+        return ArrayRetained(np.zeros(0, np.int64), np.zeros((0, dim)), np.zeros(0))
+    return ArrayRetained(np.concatenate([s for s, _, _ in parts]), np.vstack([X for _, X, _ in parts]),
+                         np.concatenate([y for _, _, y in parts]))
 
 
 class DatasetView:
@@ -316,6 +334,69 @@ class DescentToDelete(Unlearner):
         per = math.log(N_MAX) / log_inv
         if per > cls.max_iterations:
             cls._too_much_work(f"log(N_MAX)/log(1/gamma) = {per:.3g}", math.exp(-log_inv), gamma)
+
+    # ---- work and memory (issue 21) ------------------------------------------------------------------
+    @classmethod
+    def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
+        """Every round is full-batch work on the N = max_records kept records, re-read from the store on every pass
+        in chunks of ``chunk_size``: a training is T passes, an update round T_i passes (distributed: the copies'
+        re-optimised partitions, C n T_i gradients, plus the pool and the selection pass).  With
+        retrain_when_cheaper a round never costs more than a training; without it, a learn of the batch is one
+        round per example and round i of an epoch costs T_i(i) with i unbounded (taken at ROUNDS_WORST)."""
+        eng = cls(spec)
+        p, c, N = spec.n_params, eng.chunk_size, max(2, int(spec.hyperparameters.get("max_records") or batch))
+        eng.n_epoch = eng.n_current = N
+        eng.m_reg = eng._regularization_for(N)
+        eng._configure()
+        in_memory = N * (spec.dim + 1) <= CACHE_FLOATS  # read once per request (``cached``), else on every pass
+        gd = lambda n: rd(n, c) + wb.gd_pass(n, p, c)  # one full gradient  # noqa: E731
+        once = wb.read(N, p) if in_memory else 0.0
+        rd = lambda n, page: 0.0 if in_memory else wb.read(n, p, page)  # noqa: E731
+        softmax = eng.loss.n_out > 1
+        if eng.variant == "distributed":
+            sz = eng.sizes
+            group = max(1, c // sz.P)
+            per_copy_calls = sz.K if softmax else math.ceil(sz.K / group)
+            train = wb.DISTRIBUTED * (sz.C * eng.T * (sz.B * wb.grad_flops(p) * wb.FLOP + per_copy_calls * wb.STEP)
+                                      + sz.C * rd(min(sz.B, N), 500) + 2 * rd(N, c) + sz.C * N * wb.grad_flops(p) + once)
+
+            def round_cost(i: int) -> float:
+                Ti = dm.distributed_budget(eng.c, sz, N, eng.I, i, spec.delta)
+                iters = dm.distributed_partition_iterations(eng.c, sz, N, eng.I, i, spec.delta, 1)
+                return wb.DISTRIBUTED * (sz.C * (N * Ti * wb.grad_flops(p) * wb.FLOP + iters * wb.STEP + rd(sz.P, 500))
+                                         + 3 * rd(N, c) + sz.C * N * wb.grad_flops(p) + wb.release(p) + once)
+            mem = wb.F64 * max(sz.C * sz.K * p, min(group * sz.P, N) * (p + 1) * 2, sz.C * sz.B)
+        else:
+            train = eng.T * gd(N) + wb.release(p) + once
+
+            def round_cost(i: int) -> float:
+                return eng.update_iterations(i) * gd(N) + wb.release(p) + once
+            mem = wb.F64 * min(N, c) * (p + 1) * 2
+        if eng.hp["retrain_when_cheaper"]:
+            # the largest round still cheaper than a training (update_cost grows with i), else the training itself
+            lo, hi = 1, ROUNDS_WORST
+            if eng.update_cost(1, N) >= eng.training_cost(N):
+                worst_round = 0.0
+            else:
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    lo, hi = (mid, hi) if eng.update_cost(mid, N) < eng.training_cost(N) else (lo, mid - 1)
+                worst_round = round_cost(lo)
+            forget = max(train, worst_round)
+            learn = train + worst_round
+        else:
+            forget = round_cost(ROUNDS_WORST)
+            learn = max(train, batch * (forget - once) + once)  # the kept records are read once per request
+        fields = ("hyperparameters.max_records", "dim", "hyperparameters.iterations", "hyperparameters.chunk_size")
+        hint = "" if eng.hp["retrain_when_cheaper"] else (", or set retrain_when_cheaper true (without it a round's "
+                                                          f"cost grows with the rounds of an epoch; taken at round {ROUNDS_WORST})")
+        mem = max(mem, wb.F64 * N * (spec.dim + 1) if in_memory else 0.0)
+        return wb.Cost(learn=learn, forget=forget, forget_each=forget - once, retrain=train, array_bytes=mem,
+                       learn_fields=fields, forget_fields=fields, hint=hint,
+                       memory_fields=("dim", "hyperparameters.max_records", "hyperparameters.chunk_size"))
+
+    def records_held(self) -> int:
+        return self.n_current
 
     @classmethod
     def _too_much_work(cls, what: str, g: float, fields: tuple[str, ...]) -> None:
@@ -671,6 +752,7 @@ class DescentToDelete(Unlearner):
         steps = np.arange(self.t + 1, self.t + k + 1, dtype=np.int64)
         if k == 0:
             return steps
+        retained = cached(retained, self.spec.dim)
         held = 0 if retained is None else len(retained)
         if self.n_current and retained is None:
             raise ValueError("descent_to_delete needs the retained examples to learn incrementally")
@@ -686,6 +768,7 @@ class DescentToDelete(Unlearner):
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
         if retained is None:
             raise ValueError("descent_to_delete needs the retained examples")
+        retained = cached(retained, self.spec.dim)
         steps = [int(s) for s in steps]
         if len(set(steps)) != len(steps):
             raise ForgetError("a step is named twice in one forget request")
@@ -726,4 +809,4 @@ class DescentToDelete(Unlearner):
 
     def retrain(self, retained: RetainedData) -> None:
         """Exact full retrain on the retained examples: a new epoch (n reset, round 0, fresh constants)."""
-        self._full_train(DatasetView(retained))
+        self._full_train(DatasetView(cached(retained, self.spec.dim)))

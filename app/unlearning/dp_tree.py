@@ -102,6 +102,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .base import CapacityExhausted, ForgetError, InputError, ModelSpec, RetainedData, SpecError, Unlearner
+from . import budget as wb
 from . import release
 from .calibration import Checks, common_checks, construct
 from .certificate import Certificate
@@ -296,6 +297,15 @@ class OnlineDPTree(Unlearner):
         self.theta = np.zeros(n)
         self.W = np.zeros(n)  # strongly convex variant: sum of the played points (public)
         self.n_deletions = 0
+
+    @classmethod
+    def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
+        """Each learned example: its gradient, one node's discrete Gaussian draw of p coordinates and the sums over
+        the tree's levels (log2 horizon); a forget changes nothing.  The tree holds 2 x levels x p integers."""
+        p, levels = spec.n_params, levels_for(int(spec.hyperparameters["horizon"]))
+        per = wb.STEP + p * (wb.RELEASE + (2.0 * levels + 12.0) * wb.FLOP)
+        return wb.Cost(learn=batch * per, forget=wb.STEP, forget_each=wb.STEP, array_bytes=wb.F64 * levels * p,
+                       learn_fields=("dim", "n_classes"), memory_fields=("dim", "hyperparameters.horizon"))
 
     @classmethod
     def check_calibration(cls, spec: ModelSpec) -> None:

@@ -76,6 +76,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from . import budget as wb
 from . import release
 from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
                    Unlearner, validate_examples)
@@ -263,6 +264,30 @@ class MemoryPair(Unlearner):
         self.deletions = 0      # this epoch
         self.deletions_total = 0
         self.epoch = 0
+
+    # ---- work and memory (issue 21) ----------------------------------------------------------------
+    @classmethod
+    def keeps_records(cls, spec: ModelSpec) -> bool:
+        return spec.hyperparameters.get("deletion_features", "retained") == "retained"
+
+    @classmethod
+    def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
+        """One quasi-Newton step per learned example: two gradients and the factorisation of B over m = memory
+        pairs (the unrolled BFGS recursion, 4 m^2 p, a QR of p x 2m and an eigendecomposition of 2m x 2m) and its
+        inverse product; a forget is one removal step and a release (its factor is rebuilt once); retrain relearns
+        the N = max_records kept records (data-keeping mode only)."""
+        p, m = spec.n_params, int(spec.hyperparameters.get("memory", 10))
+        step = (wb.STEP * (6 + 2 * m) + (4.0 * m * m + 6.0 * m + 20.0) * p * wb.FLOP
+                + (8.0 * m * m * p + 30.0 * m**3) * wb.DENSE_FLOP)
+        N = int(spec.hyperparameters.get("max_records") or batch) if cls.keeps_records(spec) else 0
+        return wb.Cost(learn=batch * step, forget=step + wb.release(p), forget_each=step + wb.release(p),
+                       retrain=wb.read(N, p) + 2.0 * N * step,  # measured: a retrain's step ~1.7x a learn's
+                       array_bytes=wb.F64 * 2.0 * m * p,
+                       learn_fields=("dim", "hyperparameters.memory"), forget_fields=("dim", "hyperparameters.memory"),
+                       memory_fields=("dim", "hyperparameters.memory"))
+
+    def records_held(self) -> int | None:
+        return self.t - self.deletions_total if self.needs_retained_data else None
 
     # ---- hyperparameters -------------------------------------------------------------------------
     @classmethod

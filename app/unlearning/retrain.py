@@ -13,6 +13,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
+from . import budget as wb
 from .base import ForgetError, ModelSpec, RetainedData, SpecError, Unlearner
 from .calibration import Checks, common_checks, construct, update_norm_bound
 from .certificate import Certificate
@@ -139,6 +140,19 @@ class RetrainOGD(OGDIterate, Unlearner):
         eta_1 = checks.finite("eta_1", lambda: eng.schedule.eta(1), "l2", "bounds.x_norm", positive=True)
         step = checks.squared("eta_1 L", eta_1 * eng.L, "bounds.x_norm", "l2", "domain_radius")
         checks.squared("update_norm", update_norm_bound(spec.domain_radius, step), "domain_radius", "bounds.x_norm")
+
+    @classmethod
+    def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
+        """Learn: one OGD step per example.  Forget and retrain: read every kept record and replay OGD over them
+        (one recomputation serves a whole forget request): O(N d) for N = max_records."""
+        p, N = spec.n_params, int(spec.hyperparameters.get("max_records") or batch)
+        replay = wb.read(N, p, CHUNK_SIZE) + wb.ogd_steps(N, p)
+        return wb.Cost(learn=wb.ogd_steps(batch, p), forget=replay, retrain=replay,
+                       array_bytes=wb.F64 * (p + 1) * min(N, CHUNK_SIZE) * 2,
+                       learn_fields=("dim",), forget_fields=("hyperparameters.max_records", "dim"))
+
+    def records_held(self) -> int:
+        return self.t - self.n_deletions
 
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

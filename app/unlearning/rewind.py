@@ -60,6 +60,7 @@ from .base import (
     SpecError,
     Unlearner,
 )
+from . import budget as wb
 from . import release
 from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
                           update_norm_bound)
@@ -343,6 +344,31 @@ class RewindToDelete(Unlearner):
         if not (0 < spec.delta < 1 and spec.epsilon > 0):
             raise SpecError("need epsilon > 0 and 0 < delta < 1")
         return hp
+
+    @classmethod
+    def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
+        """A training (the learn that reaches initial_size, every learn with learn_policy "retrain", a retrain):
+        the pool's ids (reads every kept record), the T x batch_size sampled positions, the sampled rows (at most
+        min(N, T b) records) and T SGD steps on minibatches of b; a forget: the pool and K steps from the secret
+        start (K <= T when chosen by sigma_target).  N = max_records."""
+        hp = spec.hyperparameters
+        p, N, T, b = spec.n_params, int(hp.get("max_records") or batch), int(hp["T"]), int(hp["batch_size"])
+        K = T if hp.get("K") is None else int(hp["K"])
+
+        def run(steps: int, n: int) -> float:
+            draws = steps * b
+            return (wb.read(n, p, CHUNK) + wb.read(min(n, draws), p, 500)
+                    + steps * (wb.STEP + b * wb.grad_flops(p) * wb.FLOP) + draws * 60.0 + wb.release(p))
+
+        n_train = N + batch
+        train = run(T, n_train)
+        mem = wb.F64 * max(4.0 * T * b, 2.0 * min(n_train, T * b) * (p + 1))
+        fields = ("hyperparameters.T", "hyperparameters.batch_size", "hyperparameters.max_records", "dim")
+        return wb.Cost(learn=train, forget=run(K, N), retrain=train, array_bytes=mem, learn_fields=fields,
+                       forget_fields=("hyperparameters.K", *fields), memory_fields=fields)
+
+    def records_held(self) -> int:
+        return self.t - self.n_deletions
 
     @classmethod
     def check_calibration(cls, spec: ModelSpec) -> None:

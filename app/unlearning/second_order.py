@@ -36,6 +36,7 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from . import budget as wb
 from . import release
 from .active import OmegaSeriesCharges, normalize_descent_hyperparameters
 from .base import ModelSpec, RetainedData, SpecError, Unlearner
@@ -155,6 +156,7 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         self.B, self.L_B = self.erm_bounds()
         self.chunk_size = CHUNK_SIZE
         self._reset(t=0)
+        self.n_forgotten = 0  # records forgotten over every epoch (records_held; never reset by a retrain)
 
     def _reset(self, t: int) -> None:
         self.theta = np.zeros(self.spec.n_params)  # data-independent start in K
@@ -222,10 +224,37 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
             raise SpecError(f"solver must be one of {', '.join(SOLVERS)}")
         return hp
 
+    @classmethod
+    def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
+        """Each forgotten record (N = max_records kept, p parameters): K <= max_gd_steps GD passes, the Newton
+        system's curvature, conjugate gradient (up to 2p + 50 Hessian-vector products of O(N p)) unless the solver is
+        direct, and -- always possible, as CG's fallback -- the dense H (N p^2 to form, p x p) and up to four LAPACK
+        solves of p^3/3; the kept records are read once while they fit CACHE_FLOATS, else once per pass."""
+        eng = cls(spec)
+        p, N = spec.n_params, int(spec.hyperparameters.get("max_records") or batch)
+        K = max(eng.planned_gd_steps(2, 1), eng.planned_gd_steps(max(N, 2), 1))
+        cg_iters = 0 if eng.use_direct() else 2 * p + 50
+        passes = K + 2 + cg_iters
+        cached = N * p <= CACHE_FLOATS
+        reads = (1 if cached else passes) * wb.read(N, p, CHUNK_SIZE)
+        hvp = N * 2.0 * wb.grad_flops(p) * wb.FLOP + math.ceil(N * p / HVP_BLOCK_FLOATS + 1) * wb.CALL
+        dense = N * p * p * wb.DENSE_FLOP + 4.0 * (p**3 / 3.0) * wb.DENSE_FLOP + 8.0 * p * p * wb.FLOP
+        each = (K * wb.gd_pass(N, p, CHUNK_SIZE) + cg_iters * hvp + dense + wb.release(p)
+                + N * grad_flops_curvature(p))
+        replay = wb.read(N, p, CHUNK_SIZE) + wb.ogd_steps(N, p)
+        mem = wb.F64 * max(2.0 * p * p, min(N * (p + 1), CACHE_FLOATS + CHUNK_SIZE * p))
+        return wb.Cost(learn=wb.ogd_steps(batch, p), forget=reads + each, forget_each=each, retrain=replay,
+                       array_bytes=mem, solve=p,
+                       forget_fields=("dim", "n_classes", "hyperparameters.max_records", "hyperparameters.max_gd_steps"),
+                       memory_fields=("dim", "n_classes"))
+
+    def records_held(self) -> int:
+        return self.t - self.n_forgotten
+
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         return {"theta": self.theta.copy(), "t": self.t, "n_deletions": self.n_deletions,
-                "rho_spent": self.rho_spent, "epoch": self.epoch}
+                "rho_spent": self.rho_spent, "epoch": self.epoch, "n_forgotten": self.n_forgotten}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         self.theta = self.stored_theta(state)
@@ -233,6 +262,7 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         self.n_deletions = int(state["n_deletions"])
         self.rho_spent = float(state["rho_spent"])
         self.epoch = int(state["epoch"])
+        self.n_forgotten = int(state.get("n_forgotten", self.n_deletions))  # states stored before the counter
 
     def constants(self) -> dict[str, float]:
         return {"L": self.L, "beta": self.beta, "mu": self.mu, "D": self.D, "M": self.M}
@@ -463,6 +493,7 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
                                          mechanism=release.MECHANISM, sigma=sigma, sensitivity=sens_used, rho=rho_i,
                                          details=details))
             self.n_deletions = i
+            self.n_forgotten += 1
             done.append(u)
             n = n_after
         return certs
@@ -508,6 +539,11 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         self._reset(t=t)
         self.theta = theta
         self.epoch = epoch + 1
+
+
+def grad_flops_curvature(p: int) -> float:
+    """Multiply-adds of one example's curvature weights (hessian_parts: its scores and their second derivative)."""
+    return 4.0 * p
 
 
 def cg(hvp, b: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, float]:
