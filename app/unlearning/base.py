@@ -257,6 +257,12 @@ class Unlearner(ABC):
         """How many more examples the model may learn (a declared horizon), or None for no limit."""
         return None
 
+    def restart_steps(self, steps: np.ndarray) -> tuple[int, int] | None:
+        """Of the steps a ``learn`` call just assigned, the (first, last) range whose forget will discard the
+        whole learned state (an exact restart: receipts say so) rather than being certified by noise, known from
+        public step indices; None when no forget of them restarts the model."""
+        return None
+
     def retrain(self, retained: RetainedData) -> None:
         """Exact retrain on the retained examples: a new ledger epoch (data-holding families)."""
         raise NotImplementedError(f"{self.algorithm} keeps no data to retrain on")
