@@ -51,7 +51,9 @@ def test_family_round_trip_over_http(server, tenant, algorithm, hp):
         assert c.get(f"/v1/models/{mid}/ledger").json()["entries"][-1]["kind"] == "retrain"
 
 
-def test_capacity_exhaustion_marks_retrain_required(tenant):
+def test_capacity_exhaustion_of_a_model_without_data_restarts_it(tenant):
+    """passive_olu keeps no data to retrain on: a forget beyond its capacity restarts the model (exact, a new ledger
+    epoch) instead of leaving it retrain_required with records nobody could ever forget (issue 21)."""
     _, c = tenant
     mid = create_model(c, dim=2, hyperparameters={"allocation": "uniform", "max_deletions": 2})["id"]
     c.post(f"/v1/models/{mid}/learn", json={"examples": examples(unit_rows(6, 2))})
@@ -59,9 +61,12 @@ def test_capacity_exhaustion_marks_retrain_required(tenant):
     ledger = c.get(f"/v1/models/{mid}/ledger").json()
     assert ledger["capacity_total"] == 2 and ledger["capacity_left"] == 0
     r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-2"]})
-    assert r.status_code == 409 and r.json()["type"].endswith(("/deletion-capacity-exhausted", "/retrain-required"))
-    assert c.get(f"/v1/models/{mid}").json()["status"] == "retrain_required"
-    assert c.get("/v1/audit/records/rec-2").json()["models"][0]["status"] == "learned"
+    assert r.status_code == 200, r.text
+    assert r.json()["receipts"][0]["mechanism"] == {"type": "exact", "sigma": 0.0, "sensitivity": 0.0, "rho": 0.0,
+                                                    "restart": True}
+    m = c.get(f"/v1/models/{mid}").json()
+    assert m["status"] == "ready" and m["epoch"] == 2 and m["ledger_summary"]["capacity_left"] == 2
+    assert c.get("/v1/audit/records/rec-2").json()["models"][0]["status"] == "forgotten"
 
 
 def _raw_database_bytes(server) -> bytes:

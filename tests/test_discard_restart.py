@@ -195,9 +195,10 @@ def test_discard_and_restart_over_http(server, tenant):
     assert r.status_code == 200, r.text
     keys = c.get("/v1/keys").json()["keys"]
     receipts = r.json()["receipts"]
-    for receipt in receipts:
+    for receipt, restart in zip(receipts, (True, False)):  # one restart forgets both; its receipt says so
         assert verify_receipt(receipt, keys) and receipt["algorithm"] == "discard_and_restart"
-        assert receipt["mechanism"] == {"type": "exact", "sigma": 0.0, "sensitivity": 0.0, "rho": 0.0}
+        assert receipt["mechanism"] == {"type": "exact", "sigma": 0.0, "sensitivity": 0.0, "rho": 0.0,
+                                        **({"restart": True} if restart else {})}
         assert receipt["ledger_after"]["rho_spent"] == 0.0 and receipt["guarantee"]["epsilon"] == 0.0
     params = c.get(f"/v1/models/{mid}/parameters").json()
     assert not any(params["weights"]) and params["bias"] == 0.0  # everything learned was discarded

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from app.unlearning.base import CapacityExhausted, ForgetError, NotDeletable, SpecError
+from app.unlearning.base import NotDeletable, SpecError
 from app.unlearning.noise import SeededNoise
 from app.unlearning.passive import PassiveOLU, regularization_lambda
 from app.unlearning.replay import coupled_replay
@@ -119,19 +119,19 @@ def test_strongly_convex_gamma_closed_form_matches_product():
     assert not s.deletable(math.floor(s.threshold)) and s.deletable(u)
 
 
-def test_strongly_convex_not_deletable_is_atomic():
+def test_strongly_convex_not_deletable_restarts():
+    """A record before the deletable region is not certified by noise (P3): the request restarts the model once,
+    exactly, charging nothing (issue 21: it was refused, and the model keeps no data to retrain on)."""
     e = PassiveOLU(spec("strongly_convex", l2=0.01), SeededNoise(1))
     X, y, _ = probe_stream(100, 50)
     e.learn(X, y)
-    before = e.state()
     early = math.floor(e.schedule.threshold)
-    with pytest.raises(NotDeletable) as info:
-        e.forget([120, early])
-    assert info.value.steps == (early,)
-    assert isinstance(info.value, ForgetError)
-    after = e.state()
-    assert np.array_equal(before["theta"], after["theta"]) and after["n_deletions"] == 0
-    assert e.forget([early + 1])[0].mechanism == "discrete_gaussian"
+    assert e.constants()["restart_prefix"] == early and e.restart_steps(np.arange(1, 152)) == (1, early)
+    certs = e.forget([120, early])
+    assert [(c.mechanism, c.details["restart"]) for c in certs] == [("exact", 1.0), ("exact", 0.0)]
+    assert not e.published().any() and e.rho_spent == 0.0 and e.epoch_start == len(y) == 151
+    e.learn(X, y)
+    assert e.forget([151 + early + 1])[0].mechanism == "discrete_gaussian"
 
 
 def test_adaptive_uncapped_rule():
@@ -183,16 +183,14 @@ def test_uniform_allocation_capacity():
         assert c.sigma * c.details["shift"] / c.sensitivity == pytest.approx(math.sqrt(3 / (2 * 0.6)) * c.details["shift"])
         assert c.rho == pytest.approx(0.6 / 3)
     assert e.ledger()["capacity_left"] == 1 and e.status == "ready"
-    with pytest.raises(CapacityExhausted):
-        e.forget([142, 143])                      # atomic: nothing applied
-    assert e.ledger()["capacity_left"] == 1
     e.forget([142])
-    assert e.status == "retrain_required" and e.ledger()["capacity_left"] == 0
-    assert e.ledger()["rho_spent"] == pytest.approx(0.6)
-    with pytest.raises(CapacityExhausted):
-        e.forget([143])
+    assert e.ledger()["capacity_left"] == 0 and e.ledger()["rho_spent"] == pytest.approx(0.6)
+    # beyond the capacity the model keeps no data to retrain on: it restarts (exact), a new ledger epoch (issue 21)
+    certs = e.forget([143, 144])
+    assert [(c.mechanism, c.details["restart"]) for c in certs] == [("exact", 1.0), ("exact", 0.0)]
+    assert e.status == "ready" and e.ledger()["capacity_left"] == 3 and e.ledger()["rho_spent"] == 0.0
     e2 = PassiveOLU.from_state(e.spec, e.state())
-    assert e2.status == "retrain_required"
+    assert e2.ledger() == e.ledger() and e2.status == "ready"
 
 
 # ---- state --------------------------------------------------------------------------------------

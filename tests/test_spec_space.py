@@ -207,26 +207,6 @@ def names_a_field(problem: dict) -> bool:
     return False
 
 
-# Known cases of records a model answers 200 for and then cannot forget (issue 21 item 2), fixed on another branch:
-# passive_olu's uncapped schedules (strongly_convex; regularized_convex / adaptive with capped false) refuse early steps
-# (409 record-not-deletable), and rewind_to_delete "descend" certifies 0 deletions for small n.  The walk records
-# them instead of failing; delete this predicate once those fixes are merged.  Found by this walk (not yet fixed):
-# memory_pair with deletion_features "client" answers 200 to POST /retrain although it keeps no data (the model
-# restarts from 0), and then refuses the records learned before it (422 forget-rejected, "more deletions than
-# examples in the model") instead of forgetting them exactly.
-def known_unforgettable(body: dict, problem: dict) -> bool:
-    hp, kind = body.get("hyperparameters") or {}, problem.get("type", "")
-    if body["algorithm"] == "memory_pair" and hp.get("deletion_features") == "client":
-        return kind == "/problems/forget-rejected" and "more deletions than examples" in problem.get("detail", "")
-    if body["algorithm"] in ("passive_olu", "passive_olu_restart", "discard_and_restart") and (
-            hp.get("schedule") == "strongly_convex" or (hp.get("schedule") in ("regularized_convex", "adaptive")
-                                                        and hp.get("capped") is False)):
-        return kind == "/problems/record-not-deletable"
-    if body["algorithm"] == "rewind_to_delete" and hp.get("variant") == "descend":
-        return kind in ("/problems/retrain-required", "/problems/deletion-capacity-exhausted")
-    return False
-
-
 # A model that keeps no data cannot retrain: once its declared deletion capacity (max_deletions, capacity) is spent,
 # further forgets are the documented 409 (the capacity is part of the spec the client chose).
 CAPACITY_SPENT = {"/problems/deletion-capacity-exhausted", "/problems/retrain-required"}
@@ -251,9 +231,6 @@ def forget_each(client, mid: str, body: dict, ex: list[dict]) -> None:
             FORGET_OUTCOMES["forgotten"] = FORGET_OUTCOMES.get("forgotten", 0) + 1
             continue
         p = r.json()
-        if known_unforgettable(body, p):
-            FORGET_OUTCOMES["known_gap"] = FORGET_OUTCOMES.get("known_gap", 0) + 1
-            continue
         assert r.status_code == 409 and p["type"] in CAPACITY_SPENT, r.text  # no data to retrain on: documented
         FORGET_OUTCOMES["capacity_spent"] = FORGET_OUTCOMES.get("capacity_spent", 0) + 1
 

@@ -176,7 +176,8 @@ class ModelCreate(Strict):
 Constants = Annotated[dict[str, float], Field(
     description="Public constants derived from the declared bounds: L (Lipschitz constant of the loss on the "
                 "domain), beta (smoothness), mu (strong convexity), D (diameter of the domain); families may "
-                "add more.", examples=[{"L": 1.51, "beta": 0.51, "mu": 0.01, "D": 20.0}])]
+                "add more, e.g. restart_prefix: how many first steps after creation or a restart are not covered "
+                "by the noise analysis, so that forgetting one of them restarts the model (exact).", examples=[{"L": 1.51, "beta": 0.51, "mu": 0.01, "D": 20.0}])]
 
 
 LEDGER_DETAILS = Field(default_factory=dict, description=(
@@ -270,11 +271,23 @@ class LearnColumnarRequest(Strict):
     y: list[Finite] = Field(description="Labels, one per id.")
 
 
-class LearnResponse(BaseModel):
+class StepRange(BaseModel):
+    first_step: int
+    last_step: int
+
+
+class LearnResponse(_OmitNone):
+    _omit = ("restart_on_forget",)
     accepted: int
     first_step: int
     last_step: int
     version: int
+    restart_on_forget: StepRange | None = Field(
+        None, description="Present when forgetting some of the records just learned will restart the model: the "
+                          "range of their steps.  The noise analysis of the model's schedule does not cover them "
+                          "(the first constants.restart_prefix steps after creation or a restart), so their forget "
+                          "discards everything the model learned and starts again from its initial state (an exact "
+                          "forget; the receipt's mechanism says restart).")
 
 
 class UnlearnRequest(Strict):
@@ -300,13 +313,19 @@ class Mechanism(BaseModel):
                                                  "projection onto the domain.")
     rounding: str | None = Field(None, description="discrete_gaussian: how the secret state was rounded onto the "
                                                    "grid (nearest_even: to nearest, ties to even).")
+    restart: bool | None = Field(None, description="exact only, present (true) when this forget discarded the "
+                                                   "model's whole learned state: it restarted from its initial state "
+                                                   "(or, for a model that keeps its data, retrained from it on the "
+                                                   "records it still holds) and a new ledger epoch began.  The "
+                                                   "other records of the same request are forgotten by the same "
+                                                   "restart.")
 
     @model_serializer(mode="wrap")
     def _omit_absent(self, handler):
-        # a receipt is returned exactly as signed: grid/rounding appear only where the signed body has them
+        # a receipt is returned exactly as signed: grid/rounding/restart appear only where the signed body has them
         # (exact mechanisms and receipts issued before the discrete mechanism have neither)
         out = handler(self)
-        for key in ("grid", "rounding"):
+        for key in ("grid", "rounding", "restart"):
             if out.get(key) is None:
                 out.pop(key, None)
         return out

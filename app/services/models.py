@@ -469,6 +469,9 @@ class ModelService:
             version = row.version
             result = {"accepted": len(ids), "first_step": int(steps[0]), "last_step": int(steps[-1]),
                       "version": version}
+            restarts = engine.restart_steps(steps)  # steps whose forget will be an exact restart (public)
+            if restarts is not None:
+                result["restart_on_forget"] = {"first_step": restarts[0], "last_step": restarts[1]}
             if guard is not None:
                 guard.complete(s, result)
         self.registry.checkin(model_id, version, engine)

@@ -37,6 +37,8 @@ def mechanism_fields(cert: Certificate) -> dict[str, Any]:
     if cert.mechanism == MECHANISM or (cert.mechanism == "dp_from_start" and cert.details.get("grid", 0.0) > 0.0):
         out["grid"] = float(cert.details.get("grid", 0.0))
         out["rounding"] = ROUNDING
+    if is_restart(cert):  # this forget discarded the whole learned state (exact); a new ledger epoch begins
+        out["restart"] = True
     return out
 
 

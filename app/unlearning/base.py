@@ -325,6 +325,12 @@ class Unlearner(ABC):
         """The records this model keeps now (families that keep data; None for the others)."""
         return None
 
+    def restart_steps(self, steps: np.ndarray) -> tuple[int, int] | None:
+        """Of the steps a ``learn`` call just assigned, the (first, last) range whose forget will discard the
+        whole learned state (an exact restart: receipts say so) rather than being certified by noise, known from
+        public step indices; None when no forget of them restarts the model."""
+        return None
+
     # ---- work and memory (issue 21) ----------------------------------------------------------------
     @classmethod
     def keeps_records(cls, spec: ModelSpec) -> bool:

@@ -103,7 +103,15 @@ class DiscardAndRestart(PassiveOLU):
     def status(self) -> str:
         return "ready"
 
+    def constants(self) -> dict[str, float]:
+        out = super().constants()
+        out.pop("restart_prefix", None)  # every forget of the current epoch restarts (restart_steps)
+        return out
+
     # ---- unlearning -------------------------------------------------------------------------------
+    def restart_steps(self, steps: np.ndarray) -> tuple[int, int] | None:
+        return (int(steps[0]), int(steps[-1])) if len(steps) else None  # learned in the current epoch: all
+
     def restart(self) -> None:
         """Discard the state: theta <- 0 (data-independent), the schedule clock restarts at the next example."""
         self.theta = np.zeros(self.spec.n_params)

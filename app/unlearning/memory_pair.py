@@ -252,6 +252,7 @@ class MemoryPair(Unlearner):
         self.capacity = int(hp["capacity"])
         self.needs_retained_data = hp["deletion_features"] == "retained"  # instance attribute shadows the ClassVar
         self.needs_deletion_features = hp["deletion_features"] == "client"
+        self.supports_retrain = self.needs_retained_data  # client mode keeps no data: nothing to retrain on
         self.burn_in = (math.ceil(self.beta / self.lam) if hp["burn_in"] == "auto" else int(hp["burn_in"]))
         self.mem = CurvatureMemory(self.lam, self.beta - self.lam, self.memory_size, self.p,
                                   None if hp["initial_curvature"] == "shanno_phua" else hp["initial_curvature"])

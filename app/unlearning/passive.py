@@ -21,13 +21,14 @@ runs can add between step u and tau: 2 e min(tau - u + 1, 1/(1 - gamma)) (consta
 
 Schedules (hyperparameter ``schedule``; digest §2.4):
   strongly_convex_capped  eta_t = min(1/(mu t), 2/(beta + mu)); every record deletable (default).
-  strongly_convex         eta_t = 1/(mu t); records with u <= 1/2 + beta/(2 mu) raise NotDeletable (000 Thm 3.3).
+  strongly_convex         eta_t = 1/(mu t); records with u <= 1/2 + beta/(2 mu) are not covered by the noise
+                          analysis (000 Thm 3.3): their forget restarts the model (below).
   convex_constant         constant eta <= 2/beta (``eta``, default 1/beta); gamma = 1 when l2 = 0; l2 = 0 allowed.
   regularized_convex      000 Thm 3.4: OGD on f + (lambda/2)||z||^2, lambda = sqrt(log T + 2k)/sqrt(T) from
                           ``horizon`` T and ``max_deletions`` k; strongly convex schedule with mu = l2 + lambda,
                           L + lambda R, beta + lambda (P15).  ``capped`` (default true) caps the step at
                           2/(beta + mu) so every record is deletable; capped=false is the paper's schedule with
-                          the rule u > 1/2 + beta/(2 mu).
+                          the rule u > 1/2 + beta/(2 mu) (earlier records restart the model, below).
   adaptive                AdaGrad-norm eta_t = D/sqrt(p(t)), p(t) = p0 + sum ||grad||^2 (001 Thm 4 / 000 Thm 3.5),
                           ``p0`` (default L^2), gamma = 1; ``capped`` (default true) clips eta at 2/beta so every
                           record is deletable, capped=false enforces eta_u <= 2/beta (p(u) >= beta^2 D^2/4).
@@ -35,6 +36,17 @@ Schedules (hyperparameter ``schedule``; digest §2.4):
                           certificate uses their public bound min(D/sqrt(p0), 2/beta), deletability is decided
                           from declared numbers (capped=false needs p0 >= beta^2 D^2/4), and after a forget p is
                           reset to its public bound p0 + L^2 t so later steps forget the record's gradient norm.
+
+Restarts (issue 21: nothing accepted is unforgettable).  The model keeps no data, so a record the noise analysis
+cannot cover -- one learned in the first ``restart_prefix`` = floor(1/2 + beta/(2 mu)) steps of an epoch under an
+uncapped strongly convex schedule -- is forgotten exactly by a restart: theta <- 0 (the data-independent start every
+model is created with), the schedule clock restarts (epoch-local t = 1 at the next example), and a new ledger epoch
+begins (series index, rho_spent and the uniform capacity start afresh).  The same happens when a request would exceed
+the uniform allocation's capacity.  Every record of the request, and every record learned before the restart, is then
+forgotten exactly (certificate mechanism "exact", ``details["restart"]`` on the request's first certificate); the
+published sequence from the restart on is exactly the one the same algorithm publishes on the masked stream, which
+restarts at the same public time.  Which steps will restart the model is public when they are learned
+(``restart_steps``, the learn answer's ``restart_on_forget``).
 """
 from __future__ import annotations
 
@@ -72,6 +84,11 @@ GUARANTEE_WORDS = (
     "Everything the model publishes from the deletion on is statistically almost indistinguishable "
     "(Renyi divergence at most alpha*rho for every order alpha, i.e. the stated (epsilon, delta)) from what "
     "the same algorithm would have published had the record never been learned."
+)
+RESTART_NOTE = (
+    " A record the noise analysis does not cover (one learned in the first restart_prefix steps after the model was "
+    "created or last restarted), or a forget beyond the deletion capacity, restarts the model from its initial "
+    "state instead: that record and everything learned before the restart are then forgotten exactly."
 )
 ADAPTIVE_WORDS = GUARANTEE_WORDS + (
     " The adaptive step sizes depend on the norms of the training gradients; they are never published (each "
@@ -132,10 +149,13 @@ class PassiveOLU(Unlearner):
         if self.schedule_name == "adaptive":
             self.guarantee_words = ADAPTIVE_WORDS
         self.schedule: Schedule = self._make_schedule()
+        if self.restart_note and (self.schedule.undeletable_prefix() > 0 or self.capacity is not None):
+            self.guarantee_words = self.guarantee_words + self.restart_note
         self.theta = np.zeros(spec.n_params)  # data-independent start in K
         self.t = 0
         self.epoch_start = 0  # the schedule's clock runs on t - epoch_start (restarts move it; 0 otherwise)
         self.n_deletions = 0
+        self.n_restarts = 0   # exact restarts (ledger epochs after the first)
         self.n_charged = 0    # Gaussian deletions in the current ledger epoch (the series / capacity index)
         self.rho_spent = 0.0
         self.eta_script: Any = None  # reference runs only: global step -> public eta of the actual run (adaptive)
@@ -237,6 +257,8 @@ class PassiveOLU(Unlearner):
 
     # a model on which no forget could be certified is refused at creation (the restart family restarts instead)
     refuses_undeletable: ClassVar[bool] = True
+    # appended to the guarantee words where some forget may restart the model (the restart family says it itself)
+    restart_note: ClassVar[str] = RESTART_NOTE
     # _gaussian_forget inlines shift_bound / log_gamma / roundoff_floor only where a class keeps them as defined
     # here (the negative controls of tests/ override them to certify too little: they must take effect)
     _inline_shift: ClassVar[bool] = True
@@ -312,6 +334,9 @@ class PassiveOLU(Unlearner):
                                "rho_spent": self.rho_spent}
         if self.n_charged != self.n_deletions:
             out["n_charged"] = self.n_charged
+        if self.n_restarts:
+            out["epoch_start"] = self.epoch_start
+            out["n_restarts"] = self.n_restarts
         out.update(self.schedule.state())
         return out
 
@@ -321,6 +346,8 @@ class PassiveOLU(Unlearner):
         self.n_deletions = int(state["n_deletions"])
         self.n_charged = int(state.get("n_charged", self.n_deletions))
         self.rho_spent = float(state["rho_spent"])
+        self.epoch_start = int(state.get("epoch_start", 0))
+        self.n_restarts = int(state.get("n_restarts", 0))
         self.schedule.load_state(state)
 
     @property
@@ -343,6 +370,9 @@ class PassiveOLU(Unlearner):
             out["lambda"] = self.reg_lambda
         if isinstance(self.schedule, ConstantStep):
             out["eta"] = self.schedule.step_size
+        prefix = self.schedule.undeletable_prefix()
+        if 0 < prefix < math.inf:  # the first steps of every epoch whose forget restarts the model
+            out["restart_prefix"] = float(prefix)
         return out
 
     def accounting_params(self) -> dict[str, Any]:
@@ -351,7 +381,7 @@ class PassiveOLU(Unlearner):
                 "omega": self.omega if self.allocation == "omega_series" else 1.2, "cap": self.capacity}
 
     def ledger(self) -> dict[str, Any]:
-        return {
+        out = {
             "accounting": self.accounting,
             "rho_spent": self.rho_spent,
             "rho_budget": self.spec.rho,
@@ -359,12 +389,14 @@ class PassiveOLU(Unlearner):
             "capacity_left": None if self.capacity is None else max(0, self.capacity - self.n_charged),
             "deletions": self.n_deletions,
         }
+        if self.n_restarts:
+            out["epoch"] = self.n_restarts
+            out["epoch_start"] = self.epoch_start
+        return out
 
     @property
     def status(self) -> str:
-        if self.capacity is not None and self.n_charged >= self.capacity:
-            return "retrain_required"
-        return "ready"
+        return "ready"  # a forget the ledger cannot certify restarts the model (exact) instead
 
     # ---- learning ---------------------------------------------------------------------------------
     def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:
@@ -435,17 +467,48 @@ class PassiveOLU(Unlearner):
             if not 1 <= u <= self.t:
                 raise ForgetError(f"step {u} was never learned by this model")
 
-    def _precheck(self, steps: list[int]) -> None:
-        """Refuse the whole request before anything changes (atomic): uncovered steps, exhausted capacity."""
-        if self.refused is not None:
-            raise NotDeletable(f"this model's settings leave no forget certifiable: {self.refused}; create a "
-                               "model with certified settings", steps=steps)
+    def restart_steps(self, steps: np.ndarray) -> tuple[int, int] | None:
+        """The (first, last) range of the just-learned ``steps`` whose forget restarts the model: the first
+        ``restart_prefix`` steps of the current epoch (public step indices; Unlearner.restart_steps)."""
+        if not len(steps):
+            return None
+        prefix = self.schedule.undeletable_prefix()
+        lo, hi = max(int(steps[0]), self.epoch_start + 1), int(steps[-1])
+        if prefix < math.inf:
+            hi = min(hi, self.epoch_start + int(prefix))
+        return (lo, hi) if lo <= hi else None
+
+    def restart_reason(self, steps: list[int]) -> str | None:
+        """Why forgetting ``steps`` (all learned in the current epoch) needs an exact restart, or None: a step
+        the schedule's noise analysis does not cover (pitfall P3), or more deletions than the uniform capacity has
+        left.  Public quantities only."""
         deletable, start = self.schedule.deletable, self.epoch_start
-        bad = [u for u in steps if not deletable(u - start)]
-        if bad:
-            raise NotDeletable(
-                f"records learned at steps {bad} precede the schedule's deletable region "
-                f"({self.schedule.name}: pitfall P3); forgetting them needs a restart or an exact retrain", steps=bad)
+        if any(not deletable(u - start) for u in steps):
+            return "not_deletable"
+        if self.capacity is not None and self.n_charged + len(steps) > self.capacity:
+            return "capacity"
+        return None
+
+    def restart(self) -> None:
+        """Discard the state: theta <- 0 (the data-independent start), the schedule clock restarts at the next
+        example, and a new ledger epoch begins (series index, rho_spent and capacity afresh)."""
+        self.theta = np.zeros(self.spec.n_params)
+        self.epoch_start = self.t
+        self.schedule.reset()
+        self.n_restarts += 1
+        self.n_charged = 0
+        self.rho_spent = 0.0
+
+    def _exact(self, u: int, tau: int, restart: bool) -> Certificate:
+        self.n_deletions += 1
+        return Certificate(
+            learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism="exact",
+            sigma=0.0, sensitivity=0.0, rho=0.0,
+            details={"restart": 1.0 if restart else 0.0, "epoch_start": float(self.epoch_start)},
+        )
+
+    def _precheck(self, steps: list[int]) -> None:
+        """Refuse the whole request before anything changes (atomic): exhausted capacity, infeasible release."""
         if self.capacity is not None and self.n_charged + len(steps) > self.capacity:
             raise CapacityExhausted(
                 f"the model can certify {max(0, self.capacity - self.n_charged)} more deletion(s) "
@@ -466,12 +529,28 @@ class PassiveOLU(Unlearner):
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
         steps = list(map(int, steps))
         self._check_steps(steps)
-        self._precheck(steps)
-        tau = self.t
-        if len(steps) == 1:
-            return [self._gaussian_forget(steps[0], tau)]
+        if self.refused is not None:
+            raise NotDeletable(f"this model's settings leave no forget certifiable: {self.refused}; create a "
+                               "model with certified settings", steps=steps)
+        tau, start = self.t, self.epoch_start
+        current = [u for u in steps if u > start]  # records learned before the epoch have no influence left
+        if current and not self._certifiable(current):
+            # one exact restart forgets every record of the request (and everything learned before it)
+            self.restart()
+            return [self._exact(u, tau, restart=j == 0) for j, u in enumerate(steps)]
         # several deletions at one tau: sequentially, each with its own i and noise (P9)
-        return [self._gaussian_forget(u, tau) for u in steps]
+        return [self._gaussian_forget(u, tau) if u > start else self._exact(u, tau, restart=False) for u in steps]
+
+    def _certifiable(self, steps: list[int]) -> bool:
+        """Whether noise can certify forgetting ``steps`` (current epoch): no restart reason, and the ledger and
+        the discrete release allow the deletions (``_precheck``)."""
+        if self.restart_reason(steps) is not None:
+            return False
+        try:
+            self._precheck(steps)
+        except CapacityExhausted:
+            return False
+        return True
 
     def roundoff_floor(self, u: int, tau: int) -> float:
         """The float64 round-off two coupled runs can add to their gap between learning step u and forgetting

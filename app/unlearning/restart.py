@@ -66,6 +66,7 @@ class PassiveOLURestart(PassiveOLU):
         return "regularized_convex"
 
     refuses_undeletable = False  # a record the schedule does not cover restarts the model (exact)
+    restart_note = ""  # RESTART_WORDS says when the model restarts
 
     @classmethod
     def default_capped(cls) -> bool:
@@ -136,12 +137,8 @@ class PassiveOLURestart(PassiveOLU):
         """Discard the state; re-draw theta from a data-independent law; restart the clock and the ledger epoch."""
         R, n = self.spec.domain_radius, self.spec.n_params
         xi = self.noise.standard_normal(n)
+        super().restart()
         self.theta = project_l2_ball(xi * (0.5 * R / math.sqrt(n)), R)
-        self.epoch_start = self.t
-        self.schedule.reset()
-        self.n_restarts += 1
-        self.n_charged = 0
-        self.rho_spent = 0.0
 
     # ---- unlearning -----------------------------------------------------------------------------
     def _precheck(self, steps: list[int]) -> None:
@@ -161,11 +158,3 @@ class PassiveOLURestart(PassiveOLU):
             else:
                 certs.append(self._gaussian_forget(u, tau))
         return certs
-
-    def _exact(self, u: int, tau: int, restart: bool) -> Certificate:
-        self.n_deletions += 1
-        return Certificate(
-            learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism="exact",
-            sigma=0.0, sensitivity=0.0, rho=0.0,
-            details={"restart": 1.0 if restart else 0.0, "epoch_start": float(self.epoch_start)},
-        )

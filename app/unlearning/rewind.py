@@ -27,6 +27,13 @@ single-request theorem.  Nothing composes across releases; the guarantee does no
 combines several releases (including the pre-deletion one), nor the secret checkpoint, which still carries
 the deleted records' influence until the next retrain.
 
+An epoch whose capacity m_cap is 0 (n = 1, or descend with m/n < 1/(6B + 1) ruling out every deletion, e.g. n up
+to a few hundred at a small l2) publishes the trained iterate without noise (sigma = 0) and forgets by an exact
+retrain on its training records minus the forgotten ones (issue 21): certificates "exact" with
+``details["restart"]`` and ``["retrain"]``, a new epoch; such a model is never ``retrain_required``.  An epoch with
+capacity > 0 that has spent it refuses (CapacityExhausted) until ``retrain``, which opens an epoch whose forgets are
+certified again, or exact retrains if its capacity is 0.
+
 Release (issue 14; app/unlearning/release.py): theta rounded to a grid g plus discrete Gaussian noise on the tail
 sensitivity (raised to the float64 round-off floor of T SGD steps when below it, ``roundoff_floor``); the
 certificate's sigma and sensitivity are the lattice ones (tail' = tail + g sqrt(d), sigma' = sigma tail'/tail).
@@ -453,7 +460,9 @@ class RewindToDelete(Unlearner):
 
     @property
     def status(self) -> str:
-        return "retrain_required" if self.trained and self.capacity_left <= 0 else "ready"
+        # an epoch that certifies no deletion at all (capacity_total 0: few records, or the descend bound
+        # m/n < 1/(6B + 1)) forgets by an exact retrain instead (forget), so it never needs one
+        return "retrain_required" if self.trained and self.capacity_total > 0 and self.capacity_left <= 0 else "ready"
 
     def constants(self) -> dict[str, float]:
         out = {"L": self.G, "beta": self.Ls, "mu": self.mu, "D": 2.0 * self.spec.domain_radius, "eta": self.eta}
@@ -651,6 +660,8 @@ class RewindToDelete(Unlearner):
         except KeyError:
             raise ForgetError("some steps are not held (already forgotten)") from None
         in_model = [u for u in steps if self.trained and u <= self.trained_upto]
+        if in_model and self.capacity_total == 0:
+            return self._forget_by_retrain(steps, in_model, retained)
         m_cum = len(self.deleted) + len(in_model)
         if in_model and m_cum > self.capacity_total:
             raise CapacityExhausted(
@@ -694,6 +705,28 @@ class RewindToDelete(Unlearner):
                 learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism="exact",
                 sigma=0.0, sensitivity=0.0, rho=0.0, details={"pending": 1.0, "epoch": float(self.epoch)}))
         certs.sort(key=lambda c: steps.index(c.learned_step))
+        return certs
+
+
+    def _forget_by_retrain(self, steps: list[int], in_model: list[int], retained: RetainedData) -> list[Certificate]:
+        """An epoch that certifies no deletion (capacity 0, so sigma = 0 and the release is the trained iterate)
+        forgets by retraining from theta_0 on the trained records minus ``steps`` (the pending ones stay pending):
+        the new state is exactly what training without them gives -- the comparator itself -- so every
+        certificate is exact (sigma = rho = 0).  The first one carries ``restart`` (the state was discarded; a new
+        ledger epoch begins) and ``retrain``."""
+        pool = _Pool(retained, steps, self.trained_upto, self.spec.dim)
+        if pool.n != self.n_train - len(self.deleted) - len(in_model):
+            raise RuntimeError("retained store does not match the training set minus the deletions")
+        tau = self.t
+        self._train(pool, self.trained_upto)
+        certs = []
+        for j, u in enumerate(steps):
+            self.n_deletions += 1
+            certs.append(Certificate(
+                learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism="exact",
+                sigma=0.0, sensitivity=0.0, rho=0.0,
+                details={"restart": 1.0 if j == 0 else 0.0, "retrain": 1.0, "epoch": float(self.epoch),
+                         "n_train": float(self.n_train)}))
         return certs
 
 

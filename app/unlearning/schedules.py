@@ -35,6 +35,11 @@ class Schedule(ABC):
         """Whether the contraction analysis covers a record learned at step u (pitfall P3)."""
         return True
 
+    def undeletable_prefix(self) -> float:
+        """How many leading steps of the clock ``deletable`` rejects (it rejects exactly a prefix: 0 when every
+        record is deletable, ``math.inf`` when none is), from public quantities only."""
+        return 0
+
     def reset(self) -> None:
         """Restart the clock (restart variant); deterministic schedules have nothing to reset."""
 
@@ -139,6 +144,9 @@ class StronglyConvex(Schedule):
 
     def deletable(self, u: int) -> bool:
         return u > self.threshold
+
+    def undeletable_prefix(self) -> float:
+        return max(0, math.floor(self.threshold))  # u <= threshold is not deletable
 
 
 class ConstantStep(Schedule):
@@ -246,6 +254,9 @@ class Adaptive(Schedule):
         later step) whatever the gradients; otherwise whether eta_u <= 2/beta depends on the gradient norms, the
         forgotten records' included, and answering it would publish them, so no record is deletable."""
         return self.capped or self.D / math.sqrt(self.p0) <= self.cap * (1.0 + 1e-12)
+
+    def undeletable_prefix(self) -> float:
+        return 0 if self.deletable(1) else math.inf
 
     # public step-size history (float64 array) and the running p: part of the engine state
     def state(self) -> dict:
