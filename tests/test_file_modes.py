@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from app.db.files import prepare_sqlite_file, secure_data_dir, sqlite_file
-
 from .conftest import start_server
 from .helpers import create_model, examples, unit_rows
 
@@ -78,6 +76,8 @@ def test_an_existing_install_is_tightened_at_start_up(tmp_path, umask_022):
 
 
 def test_sqlite_file_outside_the_data_dir_is_created_0600(tmp_path, umask_022):
+    from app.db.files import prepare_sqlite_file, sqlite_file
+
     path = tmp_path / "elsewhere" / "my.db"
     path.parent.mkdir()
     assert sqlite_file(f"sqlite:///{path}") == path
@@ -97,7 +97,9 @@ def test_sqlite_file_outside_the_data_dir_is_created_0600(tmp_path, umask_022):
     conn.close()
 
 
-def test_files_of_another_owner_and_symlinks_are_left_alone(tmp_path):
+def test_symlinks_are_left_alone(tmp_path):
+    from app.db.files import secure_data_dir
+
     d = secure_data_dir(tmp_path / "d")
     target = tmp_path / "outside.txt"
     target.write_text("x")
