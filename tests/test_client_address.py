@@ -14,6 +14,7 @@ from .conftest import ADMIN_TOKEN, start_server
 from .procs import ServiceProcess, service_env
 
 LIMIT = 5
+WINDOW = 3600  # seconds: no failure comes back during a test, however slow the machine
 
 
 def _from(url: str, address: str) -> httpx.Client:
@@ -40,7 +41,8 @@ def _assert_spoofing_does_not_lift(url: str):
 
 @pytest.fixture
 def throttled_server(tmp_path):
-    srv, (uv, thread) = start_server(f"sqlite:///{tmp_path / 'olu.db'}", tmp_path, "sqlite", auth_failure_limit=LIMIT)
+    srv, (uv, thread) = start_server(f"sqlite:///{tmp_path / 'olu.db'}", tmp_path, "sqlite", auth_failure_limit=LIMIT,
+                                     auth_failure_window=WINDOW)
     yield srv
     uv.should_exit = True
     thread.join(timeout=10)
@@ -55,7 +57,8 @@ def test_a_spoofed_forwarded_header_does_not_lift_the_throttle(throttled_server)
 
 def test_a_spoofed_header_does_not_lift_the_throttle_of_a_service_process(tmp_path):
     """The same against `python -m uvicorn app.main:app` in its own process, configured only by the environment."""
-    svc = ServiceProcess(service_env(tmp_path, f"sqlite:///{tmp_path / 'olu.db'}", OLU_AUTH_FAILURE_LIMIT=str(LIMIT)),
+    svc = ServiceProcess(service_env(tmp_path, f"sqlite:///{tmp_path / 'olu.db'}", OLU_AUTH_FAILURE_LIMIT=str(LIMIT),
+                                     OLU_AUTH_FAILURE_WINDOW=str(WINDOW)),
                          tmp_path / "service.log", log_level="warning").start()
     try:
         _assert_spoofing_does_not_lift(svc.url)
@@ -65,7 +68,7 @@ def test_a_spoofed_header_does_not_lift_the_throttle_of_a_service_process(tmp_pa
 
 def test_a_trusted_proxys_header_is_honoured(tmp_path):
     srv, (uv, thread) = start_server(f"sqlite:///{tmp_path / 'olu.db'}", tmp_path, "sqlite", auth_failure_limit=LIMIT,
-                                     trusted_proxies="127.0.0.7, 10.0.0.0/8")
+                                     auth_failure_window=WINDOW, trusted_proxies="127.0.0.7, 10.0.0.0/8")
     try:
         with _from(srv.url, "127.0.0.7") as proxy:
             a = {"x-forwarded-for": "203.0.113.7"}
