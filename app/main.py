@@ -37,7 +37,7 @@ class Context:
     models: ModelService
     idempotency: IdempotencyStore
     metrics: Metrics
-    auth_failures: AuthFailureThrottle | None = None  # failed authentications per client address
+    auth_failures: AuthFailureThrottle | None = None  # failed authentications per client address and token
 
     def readiness(self) -> dict[str, str]:
         checks = {}
