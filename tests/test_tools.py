@@ -55,5 +55,5 @@ def test_the_test_tools_run_without_the_environment_on_path():
     for name in ("openapi-python-client", "olu"):
         exe = tool(name)
         assert exe is not None, f"{name} is part of the test extra / the package (looked in {scripts_dir()})"
-        out = subprocess.run([exe, "--help"], env=env, capture_output=True, text=True, timeout=120)
+        out = subprocess.run([exe, "--help"], check=False, env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr

@@ -15,7 +15,7 @@ address replaces ``scope["client"]`` for everything behind this middleware (the 
 from __future__ import annotations
 
 import ipaddress
-from typing import Iterable
+from collections.abc import Iterable
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 HEADERS = ("x-forwarded-for", "forwarded")
