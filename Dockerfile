@@ -17,5 +17,7 @@ VOLUME ["/data"]
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
   CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status == 200 else 1)"
-# --app-dir keeps /srv first on sys.path, so migrations/ beside app/ is found
-CMD ["uvicorn", "app.main:app", "--app-dir", "/srv", "--host", "0.0.0.0", "--port", "8000", "--proxy-headers"]
+# --app-dir keeps /srv first on sys.path, so migrations/ beside app/ is found.  --no-proxy-headers: the service
+# takes the client address from the socket, and a forwarded header only from the proxies listed in
+# OLU_TRUSTED_PROXIES (empty: none; e.g. docker run -e OLU_TRUSTED_PROXIES=172.17.0.1 ... behind a proxy on the host)
+CMD ["uvicorn", "app.main:app", "--app-dir", "/srv", "--host", "0.0.0.0", "--port", "8000", "--no-proxy-headers"]

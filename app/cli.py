@@ -24,11 +24,12 @@ def _settings():
 
 
 def _database():
+    from .db.files import secure_data_dir
     from .db.migrate import upgrade_to_head
     from .db.session import Database
 
     s = _settings()
-    s.data_dir.mkdir(parents=True, exist_ok=True)
+    secure_data_dir(s.data_dir)
     db = Database(s.resolved_database_url, sqlite_synchronous=s.sqlite_synchronous)
     upgrade_to_head(db.engine, _cipher(s))
     db.scrub_wal()
@@ -52,10 +53,12 @@ def _tenants():
 @app.command()
 def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
           log_level: str = typer.Option("warning", help="uvicorn's own log level")):
-    """Serve app.main:app with uvicorn (settings from OLU_* environment variables)."""
+    """Serve app.main:app with uvicorn (settings from OLU_* environment variables).  uvicorn's own proxy-header
+    handling is off: the service takes the client address from the socket, and a forwarded header only from the
+    proxies in OLU_TRUSTED_PROXIES."""
     import uvicorn
 
-    uvicorn.run("app.main:app", host=host, port=port, workers=workers, log_level=log_level)
+    uvicorn.run("app.main:app", host=host, port=port, workers=workers, log_level=log_level, proxy_headers=False)
 
 
 @app.command()

@@ -51,6 +51,11 @@ class Settings(BaseSettings):
     auth_failure_window: float = Field(
         60.0, gt=0, allow_inf_nan=False,
         description="Seconds in which an address's failure bucket refills completely (limit per window).")
+    trusted_proxies: str = Field(
+        "", description="Comma-separated IP addresses and CIDR blocks of the reverse proxies whose forwarded header "
+                        "names the client (OLU_FORWARDED_HEADER); empty: none, every client is its socket address.")
+    forwarded_header: str = Field(
+        "x-forwarded-for", description="The header a trusted proxy sets: x-forwarded-for or forwarded (RFC 7239).")
     auth_failure_max_addresses: int = Field(
         100_000, ge=1, description="Most client addresses whose failures are tracked (about 100 bytes each).")
     record_index_max_entries: int = Field(

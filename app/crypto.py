@@ -111,7 +111,7 @@ def is_sealed(blob: bytes) -> bool:
 def _load_or_create_key_file(data_dir: Path) -> bytes:
     path = Path(data_dir) / KEY_FILE
     if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

@@ -9,10 +9,12 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from .api import admin, audit, console, models, problems, system
+from .api.clientaddr import ClientAddress, ClientResolver
 from .api.limits import BodySizeLimit
 from .api.ratelimit import AuthFailureThrottle, RateLimit
 from .config import Settings
 from .crypto import Cipher, load_cipher
+from .db.files import secure_data_dir
 from .db.migrate import migration_status, upgrade_to_head
 from .db.session import Database
 from .observability import Metrics, ObservabilityMiddleware, configure_logging
@@ -35,7 +37,7 @@ class Context:
     models: ModelService
     idempotency: IdempotencyStore
     metrics: Metrics
-    auth_failures: AuthFailureThrottle | None = None  # failed authentications per client address
+    auth_failures: AuthFailureThrottle | None = None  # failed authentications per client address and token
 
     def readiness(self) -> dict[str, str]:
         checks = {}
@@ -53,6 +55,18 @@ def _operation_id(route: APIRoute) -> str:
     return route.name  # stable, readable SDK method names (create_model, learn, unlearn, ...)
 
 
+class _Service(FastAPI):
+    """FastAPI with the client-address resolution outside Starlette's own outermost middleware (which wraps
+    ``send``, hiding the server's transport, so the socket peer, from everything inside it)."""
+
+    def __init__(self, clients: ClientResolver, **kwargs):
+        self._clients = clients
+        super().__init__(**kwargs)
+
+    def build_middleware_stack(self):
+        return ClientAddress(super().build_middleware_stack(), self._clients)
+
+
 MIN_ADMIN_TOKEN = 32  # characters; a shorter bearer token is guessable
 
 
@@ -60,20 +74,25 @@ class ConfigurationError(RuntimeError):
     """The settings cannot be served safely; the message says which variable and why."""
 
 
-def check_settings(settings: Settings) -> None:
+def check_settings(settings: Settings) -> ClientResolver:
+    """Refuses settings that cannot be served safely; answers the client-address resolver they configure."""
     admin = settings.admin_token
     if admin is not None and len(admin.get_secret_value()) < MIN_ADMIN_TOKEN:
         raise ConfigurationError(
             f"OLU_ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN} characters long (it has "
             f"{len(admin.get_secret_value())}); generate one with "
             "python -c 'import secrets; print(secrets.token_urlsafe(32))', or unset it to serve without an admin.")
+    try:
+        return ClientResolver(settings.trusted_proxies, settings.forwarded_header)
+    except ValueError as e:
+        raise ConfigurationError(str(e)) from None
 
 
 def open_storage(settings: Settings) -> tuple[Database, Cipher]:
     """The database and the at-rest cipher, migrated when auto_migrate is on, the SQLite WAL scrubbed (crash
     recovery: WAL frames of a forget that committed before a crash go, docs/operations.md). Shared by the API and
     ``olu consume``."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    secure_data_dir(settings.data_dir)  # 0700, and an existing install's files tightened to 0600
     db = Database(settings.resolved_database_url, sqlite_synchronous=settings.sqlite_synchronous)
     cipher = load_cipher(settings.data_dir,
                          settings.encryption_key.get_secret_value() if settings.encryption_key else None,
@@ -86,7 +105,7 @@ def open_storage(settings: Settings) -> tuple[Database, Cipher]:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    check_settings(settings)
+    clients = check_settings(settings)
     db, cipher = open_storage(settings)
     keyring = load_or_create_keyring(
         settings.data_dir,
@@ -106,7 +125,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         db.dispose()
 
-    app = FastAPI(
+    app = _Service(
+        clients,
         lifespan=lifespan,
         title="Certified unlearning service",
         version="1.0.0",
@@ -124,7 +144,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RateLimit, rate=settings.rate_limit or 0, burst=settings.rate_limit_burst)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)
-    app.add_middleware(problems.ErrorBoundary)  # outermost: a 500 never drops the client's connection
+    app.add_middleware(problems.ErrorBoundary)  # outermost of ours: a 500 never drops the client's connection
 
     return app
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from app.cli import app as cli
 
 from .conftest import ADMIN_TOKEN
 from .helpers import create_model, examples, unit_rows, verify_receipt
+from .tools import scripts_dir, tool, tool_env
 
 runner = CliRunner()
 
@@ -89,12 +89,12 @@ def test_demo_features_meet_the_declared_bound_with_full_rows():
 def sdk(tmp_path_factory):
     """The Python SDK generated from openapi/openapi.json, imported as ``olu_client``; generation prints no
     warning (every operation and body, the learn body included, is in the client)."""
-    exe = shutil.which("openapi-python-client")
-    assert exe, "openapi-python-client is part of the test extra"
+    exe = tool("openapi-python-client")  # beside sys.executable first: no activated environment needed
+    assert exe, f"openapi-python-client is part of the test extra (looked in {scripts_dir()} and on PATH)"
     spec = Path(__file__).resolve().parents[1] / "openapi" / "openapi.json"
     root = tmp_path_factory.mktemp("sdk")
     out = subprocess.run([exe, "generate", "--path", str(spec), "--meta", "none", "--output-path",
-                          str(root / "olu_client")], capture_output=True, text=True, timeout=300)
+                          str(root / "olu_client")], capture_output=True, text=True, timeout=300, env=tool_env())
     assert out.returncode == 0, out.stdout + out.stderr
     printed = out.stdout + out.stderr
     assert "warning" not in printed.lower() and "error" not in printed.lower(), printed

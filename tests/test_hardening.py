@@ -76,10 +76,14 @@ def test_rotating_admin_token_guesses_hit_429(guarded):
         body = _problem(throttled, 429, "rate-limited")
         assert "failed authentication" in body["detail"]
         assert int(throttled.headers["retry-after"]) >= 1
-        # while throttled, the address is refused before its token is looked at: even the right one
-        _problem(attacker.post("/v1/tenants", json={"name": "x"}, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}),
-                 429, "rate-limited")
-        _problem(attacker.get("/v1/models", headers={"authorization": f"Bearer {key}"}), 429, "rate-limited")
+        # while throttled, the address's failures are refused; a valid token is still let through (issue 21: one
+        # client behind a shared address must not lock out the others; tests/test_client_address.py)
+        assert attacker.post("/v1/tenants", json={"name": "x"},
+                             headers={"authorization": f"Bearer {ADMIN_TOKEN}"}).status_code == 201
+        assert attacker.get("/v1/models", headers={"authorization": f"Bearer {key}"}).status_code == 200
+        again = [attacker.get("/v1/models", headers={"authorization": f"Bearer guess-again-{i}-" + "g" * 30})
+                 for i in range(20)]  # (the bucket may have refilled a failure or two meanwhile)
+        _problem(next(r for r in again if r.status_code == 429), 429, "rate-limited")
         # requests that present no token are not guesses: still 401 (and public endpoints are untouched)
         _problem(attacker.get("/v1/models"), 401, "unauthorized")
         assert attacker.get("/v1/keys").status_code == 200

@@ -28,17 +28,17 @@ def _bearer(request: Request) -> str:
 async def authenticate(request: Request) -> Principal:
     """Async: a cached key is checked on the event loop; only a database lookup goes to a worker thread.
 
-    A token that is neither the admin token nor a live key counts as a failure of the client's address
-    (whatever the token); an address over its failure limit gets 429 before its token is even looked at."""
+    A token that is neither the admin token nor a live key counts as a failure of the client's address and of the
+    token; once either has failed too often lately the failure is answered 429 instead of 401, and a token that
+    has is refused before it is looked up.  A valid key is always let through, whatever its address did
+    (app/api/ratelimit.py)."""
     token = _bearer(request)
     ctx = get_ctx(request)
     throttle = ctx.auth_failures
-    host = request.client.host if request.client else None
     if throttle is not None:
-        retry_after = throttle.retry_after(host)
+        retry_after = throttle.token_retry_after(token)
         if retry_after:
-            raise Problem(429, "rate-limited", "Too many failed authentications from this address; "
-                          f"retry after {retry_after} s.", headers={"Retry-After": str(retry_after)})
+            raise _throttled("this token", retry_after)
     admin = ctx.settings.admin_token
     if admin is not None and hmac.compare_digest(token.encode(), admin.get_secret_value().encode()):
         return Principal(None, frozenset(), None, is_admin=True)
@@ -47,9 +47,16 @@ async def authenticate(request: Request) -> Principal:
         principal = await run_in_threadpool(ctx.tenants.authenticate, token)
     if principal is None:
         if throttle is not None:
-            throttle.failed(host)
+            retry_after = throttle.failed(request.client.host if request.client else None, token)
+            if retry_after:
+                raise _throttled("this address or token", retry_after)
         raise Problem(401, "unauthorized", "Unknown or revoked key.")
     return principal
+
+
+def _throttled(what: str, retry_after: int) -> Problem:
+    return Problem(429, "rate-limited", f"Too many failed authentications from {what}; the token is unknown or "
+                   f"revoked; retry after {retry_after} s.", headers={"Retry-After": str(retry_after)})
 
 
 async def require_admin(request: Request) -> Principal:

@@ -7,13 +7,17 @@ configured rate in total.  ``OLU_RATE_LIMIT`` is requests per second per key (bu
 ``OLU_RATE_LIMIT_BURST``); empty or 0 turns the limiter off.  Requests without a bearer token are not
 limited here (they can only reach public endpoints or get 401).
 
-**Failed authentications, per client address** (``AuthFailureThrottle``): every request whose bearer token is
-neither the admin token nor a live API key takes one token from its address's bucket, whatever the token, so
-rotating guesses are limited too.  The bucket holds ``OLU_AUTH_FAILURE_LIMIT`` failures and refills at
-``OLU_AUTH_FAILURE_LIMIT`` per ``OLU_AUTH_FAILURE_WINDOW`` seconds; while it is empty, every request from that
-address that presents a token is answered 429 + Retry-After before the token is looked at (so a guess cannot
-succeed meanwhile).  Addresses that never fail are not tracked; at most ``OLU_AUTH_FAILURE_MAX_ADDRESSES`` are
-(least recently failing forgotten first).  IPv6 clients are counted per /64, the block one host usually holds.
+**Failed authentications, per client address and per token** (``AuthFailureThrottle``): every request whose
+bearer token is neither the admin token nor a live API key takes one token from its client address's bucket and
+one from the bucket of that bearer token (by its hash).  The buckets hold ``OLU_AUTH_FAILURE_LIMIT`` failures and
+refill at ``OLU_AUTH_FAILURE_LIMIT`` per ``OLU_AUTH_FAILURE_WINDOW`` seconds.  A failure from an address, or with
+a token, whose bucket is empty is answered 429 + Retry-After instead of 401; a token whose own bucket is empty is
+refused before it is looked up.  A valid key is never refused here: it is checked whatever its address's bucket
+holds, so one client behind a shared address (NAT, proxy) cannot lock out the others with bad tokens (keys carry
+256 random bits: a guess that passes the check is not a risk the throttle has to bound).  Addresses and tokens
+that never fail are not tracked; at most ``OLU_AUTH_FAILURE_MAX_ADDRESSES`` of each are (least recently failing
+forgotten first).  IPv6 clients are counted per /64, the block one host usually holds.  The client address is
+the socket's, or a trusted proxy's word for it (``app/api/clientaddr.py``, ``OLU_TRUSTED_PROXIES``).
 """
 from __future__ import annotations
 
@@ -70,6 +74,7 @@ class AuthFailureThrottle:
     def __init__(self, limit: int, window_seconds: float, max_addresses: int = 100_000, clock=time.monotonic):
         self.limit, self.window = int(limit), float(window_seconds)
         self.buckets = TokenBuckets(self.limit / self.window, self.limit, max_keys=max_addresses, clock=clock)
+        self.tokens = TokenBuckets(self.limit / self.window, self.limit, max_keys=max_addresses, clock=clock)
 
     @staticmethod
     def address_key(host: str | None) -> bytes:
@@ -86,12 +91,28 @@ class AuthFailureThrottle:
         return ip.packed
 
     def retry_after(self, host: str | None) -> int:
-        """0 when ``host`` may try to authenticate, else whole seconds to wait (Retry-After)."""
-        wait = self.buckets.wait(self.address_key(host))
-        return max(1, math.ceil(wait)) if wait > 0 else 0
+        """0 when ``host``'s failure bucket is not empty, else whole seconds to wait (Retry-After)."""
+        return _seconds(self.buckets.wait(self.address_key(host)))
 
-    def failed(self, host: str | None) -> None:
-        self.buckets.take(self.address_key(host))
+    def token_retry_after(self, token: str) -> int:
+        """0 unless ``token`` has failed more than the limit lately: then whole seconds to wait."""
+        return _seconds(self.tokens.wait(self.token_key(token)))
+
+    def failed(self, host: str | None, token: str | None = None) -> int:
+        """Count a failed authentication of ``host`` (and ``token``); 0: answer 401, else 429 with this
+        Retry-After (the address's or the token's bucket was already empty)."""
+        wait = self.buckets.take(self.address_key(host))
+        if token is not None:
+            wait = max(wait, self.tokens.take(self.token_key(token)))
+        return _seconds(wait)
+
+    @staticmethod
+    def token_key(token: str) -> bytes:
+        return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()[:16]
+
+
+def _seconds(wait: float) -> int:
+    return max(1, math.ceil(wait)) if wait > 0 else 0
 
 
 class RateLimit:

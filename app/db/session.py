@@ -15,12 +15,17 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from .files import prepare_sqlite_file, sqlite_file
+
 WRITE_OPTION = "olu_write"
 log = logging.getLogger("olu.db")
 
 
 def make_engine(url: str, *, sqlite_synchronous: str = "FULL") -> Engine:
     if url.startswith("sqlite"):
+        path = sqlite_file(url)
+        if path is not None:
+            prepare_sqlite_file(path)  # 0600 before SQLite creates it 0644 (its -wal and -shm take its mode)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 60})
 
         @event.listens_for(engine, "connect")
