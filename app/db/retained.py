@@ -132,3 +132,47 @@ class SqlRetained:
     def erase_all(self) -> int:
         self.s.execute(delete(_K).where(_K.c.model_id == self.model_id))
         return self.s.execute(delete(_E).where(_E.c.model_id == self.model_id)).rowcount
+
+
+class ShortReadRetained(SqlRetained):
+    """``SqlRetained`` read by a computation made outside any transaction (app/services/concurrency.py): each call,
+    and each page of ``chunks``, reads in its own short read transaction, so no transaction stays open while the
+    engine computes (an open SQLite reader would hold back the WAL checkpoint that follows a forget).  The pages may
+    come from different snapshots; the write that follows checks that the model's version has not moved, and every
+    change of the retained examples moves it, so a result computed from them is only kept when all of them were
+    the examples of that version.  ``check`` runs before each read (it stops an abandoned computation)."""
+
+    def __init__(self, db, model_id: str, dim: int, cipher=None, check=None):
+        super().__init__(None, model_id, dim, cipher)
+        self.db, self.check = db, check or (lambda: None)
+
+    def __len__(self) -> int:
+        self.check()
+        with self.db.read() as self.s:
+            return super().__len__()
+
+    def get(self, steps: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        self.check()
+        with self.db.read() as self.s:
+            return super().get(steps)
+
+    def chunks(self, size: int, exclude: Collection[int] = ()) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        skip = {int(t) for t in exclude}
+        after = 0
+        while True:
+            self.check()
+            with self.db.read() as s:
+                page = s.execute(_JOINED.where(_E.c.model_id == self.model_id, _E.c.step > after)
+                                 .order_by(_E.c.step).limit(size)).all()
+            if not page:
+                return
+            after = int(page[-1][0])
+            kept = [r for r in page if int(r[0]) not in skip]
+            if kept:
+                X, y = self._open(kept)
+                yield np.array([r[0] for r in kept], dtype=np.int64), X, y
+
+    def add(self, *_args) -> None:  # writes go through SqlRetained, in the write transaction
+        raise TypeError("ShortReadRetained is read-only")
+
+    erase = erase_all = add
