@@ -116,7 +116,7 @@ class ModelGates:
             gate.users += 1
         if not gate.lock.acquire(timeout=-1 if self.deadline is None else self.deadline):
             self.release(model_id, gate, locked=False)
-            raise deadline_problem(self.deadline, f"{what}: an earlier request on this model")
+            raise deadline_problem(self.deadline, f"{what} waited for an earlier request on this model that")
         work = Work(self, model_id, gate, self.deadline if deadline else None)
         try:
             yield work
