@@ -22,7 +22,7 @@ from .helpers import create_model, examples, unit_rows
 
 SLOW_SPEC = {"algorithm": "descent_to_delete", "loss": "logistic", "dim": 100, "bounds": {"x_norm": 1.0},
              "domain_radius": 10.0, "l2": 0.05, "privacy": {"epsilon": 1.0, "delta": 1e-6}}
-SLOW_N = 600
+SLOW_N = 2000
 LOAD_SECONDS = 20.0
 DEADLINE = 1.0
 
