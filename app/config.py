@@ -62,6 +62,11 @@ class Settings(BaseSettings):
         4_000_000, ge=0, description="Learned records whose commitment lookups this process keeps in memory (16 bytes "
                                      "each), over all models; beyond it the least recently used models' indexes are "
                                      "dropped and rebuilt from the database when next used.")
+    request_deadline_seconds: float = Field(
+        10.0, ge=0, allow_inf_nan=False,
+        description="Longest computation of one learn, unlearn or retrain (and longest wait for an earlier one on the "
+                    "same model); beyond it the request answers 503 request-deadline-exceeded and changes nothing "
+                    "(the abandoned computation's result is discarded); 0: no deadline.")
     auth_cache_seconds: float = Field(
         1.0, ge=0, le=60, description="Seconds a successful API key check is reused in this process; a key revoked "
                                       "through another replica or the CLI is still accepted here for at most this "

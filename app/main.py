@@ -123,6 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         yield
+        ctx.models.gates.shutdown()  # abandoned computations (request deadline) are not waited for
         db.dispose()
 
     app = _Service(

@@ -454,8 +454,16 @@ class ModelRegistry:
         self._cache: OrderedDict[str, tuple[int, Unlearner]] = OrderedDict()
         self._lock = threading.Lock()
         self.capacity = capacity
+        self._warm = False
         fast.warm_up_async()  # compile passive OLU's OGD loop off the request path (no-op without numba)
         fast_dgauss.warm_up_async()  # and the discrete Gaussian sampler's kernel
+
+    def warm(self) -> bool:
+        """Whether the background compilations started above have ended (until then a request may wait for them,
+        as it always did, and its deadline does not apply)."""
+        if not self._warm:
+            self._warm = not (fast.warming() or fast_dgauss.warming())
+        return self._warm
 
     @staticmethod
     def new_engine(spec: ModelSpec) -> Unlearner:

@@ -57,6 +57,8 @@ TITLES = {
     "internal-error": "Internal server error",
     "not-ready": "Service not ready",
     "database-busy": "Database busy",
+    "write-conflict": "The model changed while the request was computed",
+    "request-deadline-exceeded": "The request's computation overran its deadline",
     "rate-limited": "Too many requests",
 }
 

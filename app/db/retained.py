@@ -132,3 +132,72 @@ class SqlRetained:
     def erase_all(self) -> int:
         self.s.execute(delete(_K).where(_K.c.model_id == self.model_id))
         return self.s.execute(delete(_E).where(_E.c.model_id == self.model_id)).rowcount
+
+
+class ShortReadRetained(SqlRetained):
+    """``SqlRetained`` read by a computation made outside any transaction (app/services/concurrency.py): each call,
+    and each page of ``chunks``, reads in its own short read transaction, so no transaction stays open while the
+    engine computes (an open SQLite reader would hold back the WAL checkpoint that follows a forget).  The pages may
+    come from different snapshots; the write that follows checks that the model's version has not moved, and every
+    change of the retained examples moves it, so a result computed from them is only kept when all of them were
+    the examples of that version.  ``check`` runs before each read (it stops an abandoned computation)."""
+
+    CACHE_BYTES = 64 * 2**20  # pages kept decoded for the computation's later passes (engines iterate)
+
+    def __init__(self, db, model_id: str, dim: int, cipher=None, check=None):
+        super().__init__(None, model_id, dim, cipher)
+        self.db, self.check = db, check or (lambda: None)
+        self._pages: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
+        self._cached = 0
+
+    def __len__(self) -> int:
+        self.check()
+        with self.db.read() as self.s:
+            return super().__len__()
+
+    def get(self, steps: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        self.check()
+        with self.db.read() as self.s:
+            return super().get(steps)
+
+    def _page(self, size: int, after: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(steps, X, y) of the ``size`` examples after step ``after``, or None past the end.  One computation
+        reads the same pages again on every pass: they are the same examples as long as its result is kept
+        (see above), so they are decoded once and kept up to CACHE_BYTES."""
+        key = (size, after)
+        if key in self._pages:
+            return self._pages[key]
+        self.check()
+        with self.db.read() as s:
+            rows = s.execute(_JOINED.where(_E.c.model_id == self.model_id, _E.c.step > after)
+                             .order_by(_E.c.step).limit(size)).all()
+        page = None
+        if rows:
+            X, y = self._open(rows)
+            page = (np.array([r[0] for r in rows], dtype=np.int64), X, y)
+            for a in page:
+                a.setflags(write=False)  # shared by the passes: an engine must not change what it reads
+        if self._cached + (0 if page is None else page[1].nbytes) <= self.CACHE_BYTES:
+            self._pages[key] = page
+            self._cached += 0 if page is None else page[1].nbytes + page[2].nbytes
+        return page
+
+    def chunks(self, size: int, exclude: Collection[int] = ()) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        skip = np.fromiter((int(t) for t in exclude), dtype=np.int64)
+        after = 0
+        while True:
+            page = self._page(size, after)
+            if page is None:
+                return
+            steps, X, y = page
+            after = int(steps[-1])
+            if len(skip):
+                keep = ~np.isin(steps, skip)
+                steps, X, y = steps[keep], X[keep], y[keep]
+            if len(steps):
+                yield steps, X, y
+
+    def add(self, *_args) -> None:  # writes go through SqlRetained, in the write transaction
+        raise TypeError("ShortReadRetained is read-only")
+
+    erase = erase_all = add

@@ -1,7 +1,9 @@
 """Use cases on models: create, learn, unlearn, predict, and the audit reads.
 
-Each write runs in one transaction that holds the model's lock (ARCHITECTURE.md §4): load the engine
-(cached copy if its version matches), apply, write state + records + ledger + receipts, commit, answer.
+A learn / unlearn / retrain reads the model in a short read transaction, computes on a private engine copy
+(cached copy if its version matches) with no transaction open and under a deadline, then writes state + records +
+ledger + receipts in a short transaction that first checks, under the model's lock, that the model's version has
+not moved (app/services/concurrency.py; ARCHITECTURE.md §4); commit, answer.
 Nothing here branches on algorithm names: the engine supplies behaviour, constants and accounting.
 """
 from __future__ import annotations
@@ -29,8 +31,9 @@ from ..unlearning.base import NumericError
 from ..unlearning.calibration import require_finite_array
 from ..unlearning import (ArrayRetained, CapacityExhausted, ForgetError, InputError, NotDeletable, SpecError, Unlearner,
                           validate_examples)
-from ..db.retained import SqlRetained
+from ..db.retained import ShortReadRetained, SqlRetained
 from . import book
+from .concurrency import ATTEMPTS, ModelGates, Moved, conflict_problem
 from .ledger import ledger_summary, ledger_view
 from ..receipts.canonical import erased_records_sha256
 from .receipts import ERASURE, ReceiptIssuer, guarantee_of, is_restart
@@ -200,7 +203,8 @@ _WRITE_PATH_COLUMNS = ("id", "tenant_id", "algorithm", "spec_json", "status", "s
                        "version", "epoch", "rho_spent", "ledger_json")
 _SELECT_MODEL = select(*(_MODELS.c[c] for c in _WRITE_PATH_COLUMNS)).where(
     _MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"), _MODELS.c.status != "deleted")
-_SELECT_MODEL_FOR_UPDATE = _SELECT_MODEL.with_for_update()
+_SELECT_VERSION = select(_MODELS.c.version, _MODELS.c.status).where(_MODELS.c.id == bindparam("mid"))
+_SELECT_VERSION_FOR_UPDATE = _SELECT_VERSION.with_for_update()
 
 
 _UPDATES: dict[tuple[str, ...], Any] = {}
@@ -247,6 +251,8 @@ class ModelService:
         # per model, the in-memory index of its learned records' commitments (app/db/record_batches.py)
         self.records = RecordBook(settings.record_index_max_entries, is_postgresql=not db.is_sqlite)
         self._record_keys: dict[str, bytes] = {}  # tenant id -> opened record key (secret; never served)
+        # per-model gates and the compute deadline of learn / unlearn / retrain (app/services/concurrency.py)
+        self.gates = ModelGates(getattr(settings, "request_deadline_seconds", 10.0))
 
     # ---- reading helpers ------------------------------------------------------------------------------
     def _row(self, s, tenant_id: str, model_id: str, *, lock: bool = False, include_deleted: bool = False) -> Model:
@@ -260,13 +266,26 @@ class ModelService:
             raise Problem(404, "model-not-found", f"No model {model_id}.")
         return row
 
-    def _locked_row(self, s, tenant_id: str, model_id: str) -> _ModelRow:
-        """The model row of a learn / unlearn / retrain, under the model's lock (see ``_row``)."""
-        q = _SELECT_MODEL if self.db.is_sqlite else _SELECT_MODEL_FOR_UPDATE
-        found = s.connection().execute(q, {"mid": model_id, "tid": tenant_id}).mappings().first()
+    def _model_row(self, s, tenant_id: str, model_id: str) -> _ModelRow:
+        """The model row a learn / unlearn / retrain computes from, read without a lock (``_confirm`` checks it)."""
+        found = s.connection().execute(_SELECT_MODEL, {"mid": model_id, "tid": tenant_id}).mappings().first()
         if found is None:
             raise Problem(404, "model-not-found", f"No model {model_id}.")
         return _ModelRow(found)
+
+    def _confirm(self, s, row: _ModelRow) -> None:
+        """In the write transaction, under the model's lock (BEGIN IMMEDIATE on SQLite, FOR UPDATE on PostgreSQL):
+        the model is still at the version and status ``row`` was read at, so everything checked and computed
+        against that snapshot holds (every change of a model's state, records or retained data moves its
+        version); else ``Moved`` (the transaction rolls back and the request computes again)."""
+        q = _SELECT_VERSION if self.db.is_sqlite else _SELECT_VERSION_FOR_UPDATE
+        found = s.connection().execute(q, {"mid": row.id}).first()
+        if found is None or found[0] != row.version or found[1] != row.status:
+            raise Moved()
+
+    def _reader(self, work, row: _ModelRow, dim: int) -> ShortReadRetained:
+        """The model's retained examples for a computation made outside any transaction."""
+        return ShortReadRetained(self.db, row.id, dim, self.registry.cipher, check=work.check)
 
     def view(self, row: Model) -> dict[str, Any]:
         spec = json.loads(row.spec_json)
@@ -416,6 +435,18 @@ class ModelService:
         return receipt
 
     # ---- learn --------------------------------------------------------------------------------------------
+    def _optimistic(self, model_id: str, what: str, attempt) -> Any:
+        """``attempt(work)`` (read, compute, write; it raises ``Moved`` when the model moved on before its write)
+        under the model's gate, at most ``ATTEMPTS`` times (app/services/concurrency.py)."""
+        with self.gates.hold(model_id, what, deadline=self.registry.warm()) as work:
+            for _ in range(ATTEMPTS):
+                try:
+                    return attempt(work)
+                except Moved:
+                    if self.metrics:
+                        self.metrics.refusals.labels("write-retry").inc()
+        raise conflict_problem(model_id)
+
     def learn(self, tenant_id: str, model_id: str, ids: list[str], X: Any, y: Any, guard=None,
               F: list | None = None) -> dict[str, Any]:
         """Learn ``ids`` with dense rows ``X`` or, per example, feature dictionaries ``F`` (models with a spec)."""
@@ -426,28 +457,22 @@ class ModelService:
                 if rid in seen:
                     raise Problem(422, "duplicate-record", f"Record id {rid!r} appears more than once in this batch.")
                 seen.add(rid)
-        with self.db.write() as s:
-            row = self._locked_row(s, tenant_id, model_id)
-            spec = spec_from_json(row.spec_json)
-            if spec.features is not None or F is not None:
-                X = self._encode(spec, X, F)
-            if isinstance(X, np.ndarray) and X.ndim == 2:  # columnar bodies arrive as one array
-                bad = None if X.shape[1] == spec.dim else 0
-            else:
-                bad = next((i for i, x in enumerate(X) if len(x) != spec.dim), None)
-            if bad is not None:  # ragged rows make numpy raise ValueError (was a 500)
-                raise Problem(422, "invalid-dimension", f"features must have dimension {spec.dim}", index=bad)
-            try:
-                X, y = validate_examples(spec, loss_for(spec), X, class_indices(spec, y))
-            except InputError as e:
-                raise Problem(422, e.code, str(e), index=e.index) from None
-            key = self._record_key(s, tenant_id)
-            digests = commitment_digests(key, ids)
-            # checked under the model's lock
-            held, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
-            if held:
-                raise Problem(409, "duplicate-record", f"Record id {ids[min(held)]!r} was already used in this model.")
-            engine = self._checkout(s, row)
+        rows: list = []  # the request's (X, y) once checked against the model's spec (it never changes)
+
+        def attempt(work):
+            with self.db.read() as s:
+                row = self._model_row(s, tenant_id, model_id)
+                spec = spec_from_json(row.spec_json)
+                if not rows:
+                    rows.append(self._learn_rows(spec, X, y, F))
+                Xv, yv = rows[0]
+                key = self._record_key(s, tenant_id)
+                digests = commitment_digests(key, ids)
+                held, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
+                if held:
+                    raise Problem(409, "duplicate-record", f"Record id {ids[min(held)]!r} was already used in this "
+                                  "model.")
+                engine = self._checkout(s, row)
             limit = engine.learn_batch_limit()  # the model's work budget per request (issue 21)
             if limit is not None and len(ids) > limit:
                 raise Problem(413, "batch-too-large", f"This model learns at most {limit} examples per request (its "
@@ -456,29 +481,52 @@ class ModelService:
             if left is not None and len(ids) > left:
                 raise Problem(409, "horizon-reached", f"The model was created for a horizon of {engine.step + left} "
                               f"examples and has learned {engine.step}: it can learn {left} more.")
-            store = SqlRetained(s, model_id, spec.dim, self.registry.cipher) if engine.needs_retained_data else None
-            with numeric_guard():
-                steps = engine.learn(X, y, store)  # on any refusal below the engine is dropped, not checked in
+            store = self._reader(work, row, spec.dim) if engine.needs_retained_data else None
+
+            def compute():
+                with numeric_guard():
+                    return engine.learn(Xv, yv, store)  # on any refusal the engine copy is dropped
+
+            steps = work.run(compute, "The learn")
             now = utcnow()
-            macs = ([bytes.fromhex(example_mac(key, xi, yi)) for xi, yi in zip(X, y)]
+            macs = ([bytes.fromhex(example_mac(key, xi, yi)) for xi, yi in zip(Xv, yv)]
                     if engine.needs_deletion_features and not engine.needs_retained_data else None)
-            batch_id = self.records.insert(s.connection(), probe, tenant_id, steps, macs, now)
-            if store is not None:
-                store.add(steps, X, y)
-            self._store(s, row, engine, now, n_records=row.n_records + len(ids))
-            version = row.version
-            result = {"accepted": len(ids), "first_step": int(steps[0]), "last_step": int(steps[-1]),
-                      "version": version}
-            restarts = engine.restart_steps(steps)  # steps whose forget will be an exact restart (public)
-            if restarts is not None:
-                result["restart_on_forget"] = {"first_step": restarts[0], "last_step": restarts[1]}
-            if guard is not None:
-                guard.complete(s, result)
-        self.registry.checkin(model_id, version, engine)
-        self.records.committed(probe, batch_id, version)
+            with self.db.write() as s:
+                self._confirm(s, row)  # the state the engine computed from is still the model's
+                batch_id = self.records.insert(s.connection(), probe, tenant_id, steps, macs, now)
+                if store is not None:
+                    SqlRetained(s, model_id, spec.dim, self.registry.cipher).add(steps, Xv, yv)
+                self._store(s, row, engine, now, n_records=row.n_records + len(ids))
+                result = {"accepted": len(ids), "first_step": int(steps[0]), "last_step": int(steps[-1]),
+                          "version": row.version}
+                restarts = engine.restart_steps(steps)  # steps whose forget will be an exact restart (public)
+                if restarts is not None:
+                    result["restart_on_forget"] = {"first_step": restarts[0], "last_step": restarts[1]}
+                if guard is not None:
+                    guard.complete(s, result)
+            self.registry.checkin(model_id, row.version, engine)
+            self.records.committed(probe, batch_id, row.version)
+            return result
+
+        result = self._optimistic(model_id, "The learn", attempt)
         if self.metrics:
             self.metrics.examples_learned.inc(len(ids))
         return result
+
+    def _learn_rows(self, spec, X: Any, y: Any, F: list | None) -> tuple[Any, Any]:
+        """The examples of a learn as the engine takes them, checked against the model's spec (422 otherwise)."""
+        if spec.features is not None or F is not None:
+            X = self._encode(spec, X, F)
+        if isinstance(X, np.ndarray) and X.ndim == 2:  # columnar bodies arrive as one array
+            bad = None if X.shape[1] == spec.dim else 0
+        else:
+            bad = next((i for i, x in enumerate(X) if len(x) != spec.dim), None)
+        if bad is not None:  # ragged rows make numpy raise ValueError (was a 500)
+            raise Problem(422, "invalid-dimension", f"features must have dimension {spec.dim}", index=bad)
+        try:
+            return validate_examples(spec, loss_for(spec), X, class_indices(spec, y))
+        except InputError as e:
+            raise Problem(422, e.code, str(e), index=e.index) from None
 
     # ---- unlearn ------------------------------------------------------------------------------------------
     def unlearn(self, tenant_id: str, model_id: str, ids: list[str], guard=None,
@@ -486,57 +534,68 @@ class ModelService:
         self._check_batch(len(ids))
         if len(set(ids)) != len(ids):
             raise Problem(422, "validation-error", "Each record id may appear only once in an unlearn request.")
-        exhausted = None
-        erased = 0
-        with self.db.write() as s:
-            row = self._locked_row(s, tenant_id, model_id)
-            if row.status == "retrain_required":
-                raise Problem(409, "retrain-required", "The model can certify no further deletion; retrain it.")
-            key = self._record_key(s, tenant_id)
-            digests = commitment_digests(key, ids)
-            commits = [d.hex() for d in digests]
-            learned, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
-            missing = next((i for i in range(len(ids)) if i not in learned), None)
-            if missing is not None:
-                raise Problem(404, "record-not-found", f"Record {ids[missing]!r} was never learned by this model.")
-            lookups = probe.lookups.tolist()  # computed once by find
-            forgotten = _forgotten(s, model_id, commits, lookups)
-            gone = next((i for i, c in enumerate(commits) if c in forgotten), None)
-            if gone is not None:
-                raise Problem(409, "record-already-forgotten", f"Record {ids[gone]!r} was already forgotten.",
-                              receipt_id=forgotten[commits[gone]])
-            engine = self._checkout(s, row)
+
+        def attempt(work):
+            with self.db.read() as s:
+                row = self._model_row(s, tenant_id, model_id)
+                if row.status == "retrain_required":
+                    raise Problem(409, "retrain-required", "The model can certify no further deletion; retrain it.")
+                key = self._record_key(s, tenant_id)
+                digests = commitment_digests(key, ids)
+                commits = [d.hex() for d in digests]
+                learned, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
+                missing = next((i for i in range(len(ids)) if i not in learned), None)
+                if missing is not None:
+                    raise Problem(404, "record-not-found", f"Record {ids[missing]!r} was never learned by this model.")
+                lookups = probe.lookups.tolist()  # computed once by find
+                forgotten = _forgotten(s, model_id, commits, lookups)
+                gone = next((i for i, c in enumerate(commits) if c in forgotten), None)
+                if gone is not None:
+                    raise Problem(409, "record-already-forgotten", f"Record {ids[gone]!r} was already forgotten.",
+                                  receipt_id=forgotten[commits[gone]])
+                engine = self._checkout(s, row)
             records = [_Rec(c, k, f.step, None if f.example_mac is None else f.example_mac.hex(), f.learned_at, f)
                        for c, k, f in zip(commits, lookups, (learned[i] for i in range(len(ids))))]
+            dim = json.loads(row.spec_json)["dim"]
             if engine.needs_retained_data:
                 if examples:
                     raise Problem(422, "validation-error", "This model keeps its data: send only the ids.")
-                store = SqlRetained(s, model_id, json.loads(row.spec_json)["dim"], self.registry.cipher)
+                store = self._reader(work, row, dim)
             elif engine.needs_deletion_features:
                 store = self._client_examples(row, key, ids, records, examples)
             else:
                 store = None
-            try:
+
+            def compute():
                 with numeric_guard():
                     certs = engine.forget([r.step for r in records], store)
                     require_finite_array([v for c in certs for v in (c.sigma, c.rho, c.sensitivity)],
                                          "a deletion certificate")
+                return certs
+
+            try:
+                certs = work.run(compute, "The unlearn")
             except CapacityExhausted as e:
-                row.status, row.updated_at = "retrain_required", utcnow()
-                row.flush(s)
-                exhausted = str(e) or "The model's deletion capacity is spent."
-                certs = None
+                with self.db.write() as s:
+                    self._confirm(s, row)
+                    row.status, row.updated_at = "retrain_required", utcnow()
+                    row.flush(s)
+                self.registry.evict(model_id)
+                raise Problem(409, "deletion-capacity-exhausted",
+                              str(e) or "The model's deletion capacity is spent.") from None
             except NotDeletable as e:
                 bad = {rec.step: rid for rid, rec in zip(ids, records)}
                 raise Problem(409, "record-not-deletable", str(e),
                               record_ids=[bad[t] for t in e.steps if t in bad] or None) from None
             except ForgetError as e:
                 raise Problem(422, "forget-rejected", str(e)) from None
-            if certs is not None:
-                now = utcnow()
-                if isinstance(store, SqlRetained):
+            erased = 0
+            now = utcnow()
+            with self.db.write() as s:
+                self._confirm(s, row)  # the records checked above and the state forgotten from are still current
+                if engine.needs_retained_data:
                     # crypto-shredding: the data keys and the sealed examples leave the database
-                    erased = store.erase([r.step for r in records])
+                    erased = SqlRetained(s, model_id, dim, self.registry.cipher).erase([r.step for r in records])
                 receipts = self.issuer.issue(s, row, engine, records, certs, now)
                 conn = s.connection()
                 conn.execute(_INSERT_FORGOTTEN, [
@@ -554,17 +613,16 @@ class ModelService:
                 row.rho_spent = float(engine.ledger().get("rho_spent") or 0.0)
                 row.n_forgotten += len(records)
                 self._store(s, row, engine, now, book=book.record(json.loads(row.ledger_json).get("book"), certs))
-                version = row.version
-                result = {"receipts": receipts, "version": version}
+                result = {"receipts": receipts, "version": row.version}
                 if guard is not None:
                     guard.complete(s, result)
-        if exhausted is not None:
-            self.registry.evict(model_id)
-            raise Problem(409, "deletion-capacity-exhausted", exhausted)
-        self.registry.checkin(model_id, version, engine)
-        self.records.committed(probe, None, version)
-        if erased:
-            self.db.scrub_wal()  # no WAL frame keeps the forgotten examples or their keys once we answer
+            self.registry.checkin(model_id, row.version, engine)
+            self.records.committed(probe, None, row.version)
+            if erased:
+                self.db.scrub_wal()  # no WAL frame keeps the forgotten examples or their keys once we answer
+            return result, certs
+
+        result, certs = self._optimistic(model_id, "The unlearn", attempt)
         if self.metrics:
             for c in certs:
                 self.metrics.deletions.labels(c.mechanism).inc()
@@ -574,26 +632,36 @@ class ModelService:
     # ---- retrain ------------------------------------------------------------------------------------------
     def retrain(self, tenant_id: str, model_id: str, guard=None) -> dict[str, Any]:
         """Exact retrain on the retained examples: a new ledger epoch, recorded in the ledger."""
-        with self.db.write() as s:
-            row = self._locked_row(s, tenant_id, model_id)
-            engine = self._checkout(s, row)
+
+        def attempt(work):
+            with self.db.read() as s:
+                row = self._model_row(s, tenant_id, model_id)
+                engine = self._checkout(s, row)
             if not engine.supports_retrain:
                 raise Problem(409, "retrain-not-supported", f"{row.algorithm} keeps no data to retrain on.")
-            with numeric_guard():
-                engine.retrain(SqlRetained(s, model_id, json.loads(row.spec_json)["dim"], self.registry.cipher))
+            store = self._reader(work, row, json.loads(row.spec_json)["dim"])
+
+            def compute():
+                with numeric_guard():
+                    engine.retrain(store)
+
+            work.run(compute, "The retrain")
             now = utcnow()
-            row.epoch += 1
-            row.rho_spent = 0.0
-            s.execute(insert(LedgerEntry), [{"model_id": model_id, "epoch": row.epoch, "receipt_id": None,
-                                             "kind": "retrain", "step": engine.step, "sigma": 0.0, "rho": 0.0,
-                                             "created_at": now}])
-            self._store(s, row, engine, now, book=book.new_epoch(json.loads(row.ledger_json).get("book")))
-            result = {"version": row.version, "epoch": row.epoch}
-            if guard is not None:
-                guard.complete(s, result)
-            version = row.version
-        self.registry.checkin(model_id, version, engine)
-        return result
+            with self.db.write() as s:
+                self._confirm(s, row)
+                row.epoch += 1
+                row.rho_spent = 0.0
+                s.execute(insert(LedgerEntry), [{"model_id": model_id, "epoch": row.epoch, "receipt_id": None,
+                                                 "kind": "retrain", "step": engine.step, "sigma": 0.0, "rho": 0.0,
+                                                 "created_at": now}])
+                self._store(s, row, engine, now, book=book.new_epoch(json.loads(row.ledger_json).get("book")))
+                result = {"version": row.version, "epoch": row.epoch}
+                if guard is not None:
+                    guard.complete(s, result)
+            self.registry.checkin(model_id, row.version, engine)
+            return result
+
+        return self._optimistic(model_id, "The retrain", attempt)
 
     # ---- predict and published parameters --------------------------------------------------------------
     INLINE_PREDICT_VALUES = 65_536  # larger prediction requests are computed on a worker thread

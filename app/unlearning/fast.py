@@ -143,7 +143,18 @@ def warm_up_async() -> None:
         if _warming:
             return
         _warming = True
-    threading.Thread(target=_compile_locked, name="olu-numba-warm-up", daemon=True).start()
+    global _warm_thread
+    _warm_thread = threading.Thread(target=_compile_locked, name="olu-numba-warm-up", daemon=True)
+    _warm_thread.start()
+
+
+_warm_thread: threading.Thread | None = None
+
+
+def warming() -> bool:
+    """Whether ``warm_up_async``'s compilation still runs (the service's request deadlines start after it)."""
+    t = _warm_thread
+    return t is not None and t.is_alive()
 
 
 def _compile_locked():

@@ -1,0 +1,135 @@
+"""Optimistic writes: compute outside the database's write lock, under a deadline (ARCHITECTURE.md §4).
+
+A learn / unlearn / retrain reads what it needs in a short read transaction, computes on a private engine copy
+with no transaction open, then writes in a short write transaction that re-reads the model row under its lock and
+checks that its ``version`` (and status) are still the ones the computation started from.  When another writer
+moved the model on meanwhile, the work is done again on the new state (at most ``ATTEMPTS`` times), else the
+request is refused with 409 ``write-conflict`` (retry).
+
+Within one process the writes of one model are serialised by a per-model gate (``ModelGates``), so two requests of
+the same model queue instead of computing twice; conflicts come only from other processes (replicas, ``olu
+consume``).  Different models never wait for each other here, and no database lock is held while computing.
+
+The computation runs on a worker thread and the request waits for it at most ``deadline`` seconds.  A computation
+that overruns it is abandoned: the request answers 503 ``request-deadline-exceeded`` (Retry-After) and writes
+nothing.  Python cannot stop a thread, so the abandoned computation goes on until it ends or until its next read
+of retained examples (``Work.check`` raises there); its result and its engine copy are discarded.  Until it has
+ended, the model's gate stays taken, so one model has at most one abandoned computation running and later writes of
+that model wait for it (at most their own deadline, then 503).
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from ..errors import Problem
+
+ATTEMPTS = 3  # computations of one request before it is refused with write-conflict
+
+
+class Cancelled(Exception):
+    """Raised inside an abandoned computation (``Work.check``): its result would be discarded anyway."""
+
+
+class Moved(Exception):
+    """The model's version changed between the read and the write: the computation is stale."""
+
+
+def deadline_problem(seconds: float, what: str) -> Problem:
+    return Problem(503, "request-deadline-exceeded",
+                   f"{what} did not finish within the request deadline of {seconds:g} s; nothing was changed. "
+                   "Retry later; if it keeps happening, the model's specification implies more work per request "
+                   "than this service allows.", headers={"Retry-After": str(max(1, math.ceil(seconds)))},
+                   deadline_seconds=seconds)
+
+
+def conflict_problem(model_id: str) -> Problem:
+    return Problem(409, "write-conflict",
+                   f"Model {model_id} was changed by other requests while this one was computed ({ATTEMPTS} times); "
+                   "nothing was changed. Retry the request.", headers={"Retry-After": "1"})
+
+
+class _Gate:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+
+
+class Work:
+    """One request's turn on a model: its deadline, and the worker thread it computes on."""
+
+    def __init__(self, gates: "ModelGates", model_id: str, gate: _Gate, deadline: float | None):
+        self.gates, self.model_id, self.gate = gates, model_id, gate
+        self.seconds = deadline
+        self.ends = None if deadline is None else time.monotonic() + deadline
+        self.cancelled = False
+        self._running = None  # the future of an abandoned computation: it releases the gate when it ends
+
+    def check(self) -> None:
+        """Called between reads of an abandoned-able computation: stop it once its request has given up."""
+        if self.cancelled:
+            raise Cancelled()
+
+    def run(self, fn: Callable[[], Any], what: str) -> Any:
+        """``fn()`` on a worker thread, waited for until the deadline (inline when there is none)."""
+        if self.ends is None:
+            return fn()
+        future = self.gates.pool.submit(fn)
+        try:
+            return future.result(timeout=max(0.0, self.ends - time.monotonic()))
+        except FutureTimeout:
+            self.cancelled = True
+            self._running = future
+            raise deadline_problem(self.seconds, what) from None
+
+    def _release(self) -> None:
+        running, self._running = self._running, None
+        if running is None:
+            self.gates.release(self.model_id, self.gate)
+        else:  # the gate is handed to the abandoned computation: released when it ends
+            running.add_done_callback(lambda _f: self.gates.release(self.model_id, self.gate))
+
+
+class ModelGates:
+    """Per-process, per-model gates (created on first use, dropped when no request holds or awaits them)."""
+
+    def __init__(self, deadline: float | None, workers: int = 64):
+        self.deadline = deadline if deadline and deadline > 0 else None
+        self._gates: dict[str, _Gate] = {}
+        self._mu = threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="olu-compute")
+
+    @contextmanager
+    def hold(self, model_id: str, what: str, deadline: bool = True) -> Iterator[Work]:
+        """The model's gate for one write, waited for at most the deadline (then 503, nothing changed).
+        ``deadline=False``: the computation has none (the engines' start-up compilation still runs)."""
+        with self._mu:
+            gate = self._gates.get(model_id)
+            if gate is None:
+                gate = self._gates[model_id] = _Gate()
+            gate.users += 1
+        if not gate.lock.acquire(timeout=-1 if self.deadline is None else self.deadline):
+            self.release(model_id, gate, locked=False)
+            raise deadline_problem(self.deadline, f"{what} waited for an earlier request on this model that")
+        work = Work(self, model_id, gate, self.deadline if deadline else None)
+        try:
+            yield work
+        finally:
+            work._release()
+
+    def release(self, model_id: str, gate: _Gate, locked: bool = True) -> None:
+        if locked:
+            gate.lock.release()
+        with self._mu:
+            gate.users -= 1
+            if gate.users == 0 and self._gates.get(model_id) is gate:
+                del self._gates[model_id]
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
