@@ -1,7 +1,8 @@
 """The database side of ``olu consume``: apply a run of one model's events exactly once.
 
-Each learn / unlearn runs through ``ModelService`` (the HTTP endpoints' own use cases, one transaction under the
-model's lock); the ``guard`` hook the Idempotency-Key path uses records, in that same transaction, every event id
+Each learn / unlearn runs through ``ModelService`` (the HTTP endpoints' own use cases: computed outside the
+database's locks, written in one short transaction under the model's lock once its version is confirmed); the
+``guard`` hook the Idempotency-Key path uses records, in that same transaction, every event id
 the write applies (``stream_events``, with the message to publish back) and advances the model subject's cursor
 (``stream_cursors``) from the sequence read before to the last sequence applied.  So an event is recorded exactly
 when its effect is, and:
@@ -13,7 +14,9 @@ when its effect is, and:
 - a bad event is recorded as dead-lettered (with its problem) in its own transaction, and changes nothing else.
 
 Consecutive learn events of a model are applied as one learn (one transaction); when that refuses, each is retried
-alone so that only the bad one is dead-lettered.
+alone so that only the bad one is dead-lettered.  A refusal that says "retry" (``RETRYABLE``: another writer kept
+moving the model on, or the computation overran the request deadline) is not the event's fault: the rest of the
+run is redelivered, and only an event refused so ``MAX_DELIVER_ON_ERROR`` times is dead-lettered.
 """
 from __future__ import annotations
 
@@ -38,6 +41,12 @@ log = logging.getLogger("olu.stream")
 _EVENTS = StreamEvent.__table__
 _CURSORS = StreamCursor.__table__
 MAX_DELIVER_ON_ERROR = 5  # an event failing with an unexpected error this many times is dead-lettered
+RETRYABLE = frozenset({"write-conflict", "request-deadline-exceeded"})  # refusals that say "retry later"
+
+
+def _redeliver(e: Problem, ev: "Event") -> bool:
+    """Whether a refused event is redelivered rather than dead-lettered (a retryable refusal, not too often)."""
+    return e.slug in RETRYABLE and _num_delivered(ev) < MAX_DELIVER_ON_ERROR
 
 
 class CursorMoved(Exception):
@@ -229,7 +238,7 @@ class Applier:
                     try:
                         done = self._apply_learn(chunk, cursor)
                     except Problem as e:
-                        if len(chunk) == 1:
+                        if len(chunk) == 1 or e.slug in RETRYABLE:
                             raise
                         log.info("batched learn of %d events refused (%s); applying them one by one", len(chunk),
                                  e.slug)
@@ -237,6 +246,8 @@ class Applier:
                             try:
                                 done = self._apply_learn([one], cursor)
                             except Problem as e1:
+                                if e1.slug in RETRYABLE:
+                                    raise
                                 done = [self._record_dead(one, problem_body(e1.status, e1.slug, e1.detail,
                                                                             **e1.extra), cursor)]
                             self._remember(known, done)
@@ -255,6 +266,9 @@ class Applier:
                     cursor = ev.seq
                     i += 1
             except Problem as e:  # a single event refused by the use case: dead letter, nothing changed
+                if _redeliver(e, ev):
+                    log.info("event %s refused with %s; redelivering", ev.event_id, e.slug)
+                    break
                 try:
                     out.append(self._record_dead(ev, problem_body(e.status, e.slug, e.detail, **e.extra), cursor))
                     self._remember(known, out[-1:])
