@@ -518,10 +518,11 @@ def test_dp_tree_tiny_lambda_refused_with_its_range(asgi):
     assert walk(asgi, body, 4, 1) == "served"
 
 
-def test_omega_series_refuses_the_deletion_whose_release_would_leave_int64(asgi):
+def test_omega_series_restarts_at_the_deletion_whose_release_would_leave_int64(asgi):
     """The unbounded omega series: sigma_i / a grows like i^(omega/2).  With omega = 19 at epsilon = 20 the 28th
-    deletion's discrete release could draw beyond int64 (sigma'/g > 2^56); it is a certified 409 (capacity
-    exhausted, nothing changed), never an overflow."""
+    deletion's discrete release could draw beyond int64 (sigma'/g > 2^56); never an overflow: the forget the ledger
+    cannot certify restarts the model exactly (issue 21 item 2: before, a 409 deletion-capacity-exhausted left the
+    record unforgettable), and the ledger opens a new epoch with nothing spent."""
     r = _create(asgi, algorithm="passive_olu", loss="logistic", l2=0.05, domain_radius=10.0,
                 privacy={"epsilon": 20.0, "delta": 1e-6}, hyperparameters={"omega": 19.0})
     assert r.status_code == 201, r.text
@@ -531,10 +532,12 @@ def test_omega_series_refuses_the_deletion_whose_release_would_leave_int64(asgi)
     for i in range(27):
         r = asgi.post(f"/v1/models/{mid}/unlearn", json={"ids": [f"o{29 - i}"]})
         assert r.status_code == 200, r.text
-    before = asgi.get(f"/v1/models/{mid}/ledger").json()
     r = asgi.post(f"/v1/models/{mid}/unlearn", json={"ids": ["o0"]})
-    assert r.status_code == 409 and r.json()["type"] == "/problems/deletion-capacity-exhausted", r.text
-    assert asgi.get(f"/v1/models/{mid}/ledger").json() == before
+    assert r.status_code == 200, r.text
+    mech = r.json()["receipts"][0]["mechanism"]
+    assert mech["type"] == "exact" and mech["restart"] is True and mech["rho"] == 0.0, mech
+    ledger = asgi.get(f"/v1/models/{mid}/ledger").json()
+    assert ledger["entries"][-1]["kind"] == "restart" and ledger["rho_spent"] == 0.0
 
 
 def test_dp_tree_huge_budget_never_publishes_an_infinite_epsilon(asgi):
