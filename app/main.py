@@ -48,6 +48,9 @@ class Context:
             checks["database"] = "unreachable"
             checks["schema"] = "unknown"
         checks["signing_key"] = "ok" if getattr(self.keyring, "active", None) is not None else "missing"
+        # informational, never gating (READINESS_GATES): until the compiled kernels are loaded every request takes
+        # the numpy path, so a replica serves at once; "compiling" tells an operator its cache was cold
+        checks["kernels"] = ModelRegistry.kernels_status()
         return checks
 
 

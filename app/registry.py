@@ -454,16 +454,20 @@ class ModelRegistry:
         self._cache: OrderedDict[str, tuple[int, Unlearner]] = OrderedDict()
         self._lock = threading.Lock()
         self.capacity = capacity
-        self._warm = False
-        fast.warm_up_async()  # compile passive OLU's OGD loop off the request path (no-op without numba)
-        fast_dgauss.warm_up_async()  # and the discrete Gaussian sampler's kernel
+        # compile passive OLU's OGD loop and the discrete Gaussian sampler off the request path (no-op without
+        # numba); requests take the numpy path until they are loaded (kernels_status)
+        fast.warm_up_async()
+        fast_dgauss.warm_up_async()
 
-    def warm(self) -> bool:
-        """Whether the background compilations started above have ended (until then a request may wait for them,
-        as it always did, and its deadline does not apply)."""
-        if not self._warm:
-            self._warm = not (fast.warming() or fast_dgauss.warming())
-        return self._warm
+    @staticmethod
+    def kernels_status() -> str:
+        """"ok" once the compiled kernels are loaded, "compiling" while the numpy path serves, "off" without numba
+        (OLU_NUMBA=0 or not importable: the numpy path always)."""
+        if not (fast.available() or fast_dgauss.available()):
+            return "off"
+        if fast.ready() and fast_dgauss.ready():
+            return "ok"
+        return "compiling" if (fast.warming() or fast_dgauss.warming()) else "failed"
 
     @staticmethod
     def new_engine(spec: ModelSpec) -> Unlearner:

@@ -28,6 +28,18 @@ ADMIN_TOKEN = "test-admin-" + secrets.token_hex(16)  # the service refuses admin
 PG_URL = os.environ.get("OLU_TEST_POSTGRES_URL")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_kernels_loaded():
+    """Load (or compile, on a cold numba cache) the compiled kernels once before the tests, as ``olu warm`` does
+    for a deployment: requests take the numpy path until they are loaded (issue 23), whose learn results agree
+    with the compiled loop's to round-off, so without this a test's figures would depend on when the background
+    compilation ended.  tests/test_cold_start.py covers the service before the kernels load."""
+    from app.unlearning import fast, fast_dgauss
+
+    fast.warm_up()
+    fast_dgauss.warm_up()
+
+
 def _pg_admin_url(url: str) -> str:
     return url.replace("postgresql://", "postgresql+psycopg://", 1) if url.startswith("postgresql://") else url
 

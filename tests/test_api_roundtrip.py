@@ -166,5 +166,6 @@ def test_models_list_pagination_and_scopes(server, tenant):
         assert anon.get("/v1/keys").status_code == 200
         assert anon.get("/healthz").json()["status"] == "ok"
         ready = anon.get("/readyz")
-        assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok", "schema": "ok",
-                                                                        "signing_key": "ok"}
+        checks = ready.json()["checks"]
+        assert ready.status_code == 200 and checks.pop("kernels") in ("ok", "compiling", "off")
+        assert checks == {"database": "ok", "schema": "ok", "signing_key": "ok"}

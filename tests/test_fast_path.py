@@ -21,6 +21,11 @@ CASES = [
 ]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _kernels_loaded():
+    fast.warm_up()  # requests never wait for the compiler (issue 23); these tests compare the two loops
+
+
 def _spec(algorithm, loss, hp, dim, radius, l2=0.05):
     cls = ALGORITHMS[algorithm]
     spec = ModelSpec(algorithm=algorithm, loss=loss, dim=dim, x_norm=1.0, y_abs=2.0, domain_radius=radius, l2=l2,
@@ -61,6 +66,52 @@ def test_compiled_loop_matches_numpy(algorithm, loss, hp, seed):
     c_fast, c_slow = fast_engine.forget([u]), slow_engine.forget([u])
     assert [c.sigma for c in c_fast] == [c.sigma for c in c_slow]
     np.testing.assert_allclose(fast_engine.theta, slow_engine.theta, rtol=0, atol=1e-12)
+
+
+@needs_numba
+@pytest.mark.parametrize("algorithm,loss,hp", CASES, ids=[f"{a}-{l}-{h.get('schedule', 'default')}" for a, l, h in CASES])
+def test_switching_loop_mid_stream_stays_within_the_roundoff_floor(algorithm, loss, hp):
+    """Issue 23: a model learns on the numpy loop until the compiled kernels have loaded, then on the compiled loop.
+    Its state differs from a run on one loop throughout by less than the round-off floor every certificate already
+    adds to its shift (passive.py roundoff_floor: two float64 runs of the same steps, each within step_roundoff of
+    the exact map per step), so the certified noise covers the switch."""
+    for seed in range(3):
+        rng = np.random.default_rng(100 + seed)
+        dim = int(rng.integers(1, 40))
+        spec, cls = _spec(algorithm, loss, hp, dim, float(rng.choice([0.3, 2.0, 50.0])))
+        mixed, numpy_only, compiled_only = (cls(spec, SeededNoise(seed)) for _ in range(3))
+        switch = int(rng.integers(1, 400))
+        X, y = _stream(rng, 400, dim, loss)
+        previous = fast.set_enabled(False)
+        try:
+            mixed.learn(X[:switch], y[:switch])
+            numpy_only.learn(X, y)
+        finally:
+            fast.set_enabled(previous)
+        mixed.learn(X[switch:], y[switch:])
+        compiled_only.learn(X, y)
+        floor = mixed.roundoff_floor(1, mixed.step)
+        assert floor > 0
+        for other in (numpy_only, compiled_only):
+            assert float(np.linalg.norm(mixed.theta - other.theta)) <= floor
+
+
+def test_numpy_path_until_the_kernels_load(monkeypatch):
+    """No caller waits for the compiler: before the kernels are loaded ``supported`` is False (the numpy loop runs)
+    and the noise step and the discrete Gaussian sampler take their numpy / pure routes, with the same draws."""
+    from app.unlearning import fast_dgauss, noise
+
+    monkeypatch.setattr(fast, "_kernel", None)
+    monkeypatch.setattr(fast, "_warming", True)  # as if the background compilation were still running
+    monkeypatch.setattr(fast_dgauss, "_ready", False)
+    monkeypatch.setattr(fast_dgauss, "_warming", True)
+    spec, cls = _spec("passive_olu", "logistic", {}, 3, 2.0)
+    engine = cls(spec)
+    assert not fast.supported(engine.schedule, engine.loss)
+    assert fast_dgauss.secure_release(np.zeros(3), 10.0, 2.0**-8, 1.0) is None
+    assert fast_dgauss.secure_discrete_release(np.zeros(3), 1.0, 1.0, 1.0, 1.0) is None
+    draws = fast_dgauss.sample(10.0, 50, noise.SeededRandomBits(7))
+    assert np.array_equal(draws, noise.sample_discrete_gaussian_pure(10.0, 50, noise.SeededRandomBits(7)))
 
 
 def test_adaptive_schedule_keeps_the_numpy_loop():

@@ -106,9 +106,9 @@ class ModelGates:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="olu-compute")
 
     @contextmanager
-    def hold(self, model_id: str, what: str, deadline: bool = True) -> Iterator[Work]:
-        """The model's gate for one write, waited for at most the deadline (then 503, nothing changed).
-        ``deadline=False``: the computation has none (the engines' start-up compilation still runs)."""
+    def hold(self, model_id: str, what: str) -> Iterator[Work]:
+        """The model's gate for one write, waited for at most the deadline (then 503, nothing changed).  No
+        computation waits for a compiler (app/unlearning/fast.py), so the deadline holds from the first request."""
         with self._mu:
             gate = self._gates.get(model_id)
             if gate is None:
@@ -117,7 +117,7 @@ class ModelGates:
         if not gate.lock.acquire(timeout=-1 if self.deadline is None else self.deadline):
             self.release(model_id, gate, locked=False)
             raise deadline_problem(self.deadline, f"{what} waited for an earlier request on this model that")
-        work = Work(self, model_id, gate, self.deadline if deadline else None)
+        work = Work(self, model_id, gate, self.deadline)
         try:
             yield work
         finally:

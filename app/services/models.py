@@ -438,7 +438,7 @@ class ModelService:
     def _optimistic(self, model_id: str, what: str, attempt) -> Any:
         """``attempt(work)`` (read, compute, write; it raises ``Moved`` when the model moved on before its write)
         under the model's gate, at most ``ATTEMPTS`` times (app/services/concurrency.py)."""
-        with self.gates.hold(model_id, what, deadline=self.registry.warm()) as work:
+        with self.gates.hold(model_id, what) as work:
             for _ in range(ATTEMPTS):
                 try:
                     return attempt(work)

@@ -16,6 +16,11 @@ loop.
 Results agree with the numpy loop to round-off (the dot products are summed in a different order):
 ``tests/test_fast_path.py`` checks <= 1e-12 on random streams.  Without numba (or with ``OLU_NUMBA=0`` in the
 environment) ``available()`` is False and the numpy loop runs; nothing else changes.
+
+No request waits for the compiler (issue 23): until the kernels are loaded (``ready()``), ``supported`` is False
+and ``grid_noise_step`` takes numpy, and the compilation runs in a background thread (``warm_up_async``, started
+by the service at start-up or by the first caller).  With numba's cache filled (``olu warm``; the image does it at
+build time into ``NUMBA_CACHE_DIR``) loading takes about a second.
 """
 from __future__ import annotations
 
@@ -137,7 +142,7 @@ def warm_up_async() -> None:
     """Compile (or load from numba's cache) the kernel in a background thread, once per process, so that the first
     learn request does not pay for it.  A no-op without numba."""
     global _warming
-    if numba is None:
+    if numba is None or _warming:  # (checked before the lock: the warm-up thread holds it while compiling)
         return
     with _warm_lock:
         if _warming:
@@ -160,6 +165,19 @@ def warming() -> bool:
 def _compile_locked():
     with _warm_lock:
         return _compile()
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the kernels now, in this thread; a no-op without numba (``olu warm``,
+    tests that compare the two paths)."""
+    if numba is not None:
+        _compile_locked()
+
+
+def ready() -> bool:
+    """Whether the compiled kernels are loaded.  Until they are, every caller takes the numpy path (issue 23: no
+    request waits for a compiler) and the first such caller starts the background compilation."""
+    return _kernel is not None
 
 
 def available() -> bool:
@@ -206,11 +224,10 @@ def ogd_steps(theta: np.ndarray, X: np.ndarray, y: np.ndarray, clock0: int, sche
 def grid_noise_step(theta: np.ndarray, k: np.ndarray, grid: float, radius: float | None) -> np.ndarray:
     """Pi_K(g (round(theta / g) + k)) as a new array (no projection when radius is None): compiled when available,
     else numpy.  The release step of every noising family (release.add_discrete_noise)."""
-    if radius is not None and enabled and numba is not None:
-        kernel = _noise_kernel
-        if kernel is None:
-            _compile_locked()
-            kernel = _noise_kernel
+    kernel = _noise_kernel if _kernel is not None else None  # both set once the compilation has ended
+    if kernel is None and enabled and numba is not None:
+        warm_up_async()
+    if radius is not None and enabled and kernel is not None:
         out = np.empty(theta.shape[0])
         try:
             kernel(theta, k, grid, radius, out)
@@ -229,5 +246,12 @@ def project(theta: np.ndarray, radius: float) -> np.ndarray:
 def supported(schedule: Schedule, loss) -> bool:
     # only the library's own losses (tests substitute other loss objects, which keep the numpy loop); the kernel
     # is scalar-score only: softmax (not in LOSS_CODES) keeps the numpy loop through the loss object
-    return (available() and type(loss) is Loss and loss.name in LOSS_CODES
-            and schedule_params(schedule) is not None)
+    # and only once compiled: before that the numpy loop runs (the certificates' round-off floor covers a stream
+    # that switches loop mid-way: both loops are float64 runs of the same steps, each within step_roundoff of the
+    # exact map; tests/test_fast_path.py)
+    if not (available() and type(loss) is Loss and loss.name in LOSS_CODES and schedule_params(schedule) is not None):
+        return False
+    if _kernel is None:
+        warm_up_async()
+        return False
+    return True

@@ -418,13 +418,24 @@ def _compile():
     return _compiled
 
 
+_ready = False  # the three kernels are compiled (or loaded from the cache): until then callers take the pure path
+
+
 def warm_up() -> None:
     """Compile (or load from numba's cache) the kernel now; a no-op without numba."""
-    if available():
+    global _ready
+    if numba is not None:  # (also when switched off by set_enabled: tests compare the two routes)
         k = _compile()
         k(bytes(32), 0, 0, *params(1.0)[4], np.empty(1, np.int64))
         _compiled_release(bytes(32), 1, 1, np.zeros(1), 1.0, 1.0, np.empty(1))
         _compiled_discrete_release(bytes(32), np.zeros(1), 1.0, 1.0, 1.0, 1.0, np.empty(1))
+        _ready = True
+
+
+def ready() -> bool:
+    """Whether the kernels are loaded; until then every draw takes the pure path (the same draws, bit for bit) and
+    no request waits for the compiler (issue 23)."""
+    return _ready
 
 
 _warming = False
@@ -433,7 +444,7 @@ _warming = False
 def warm_up_async() -> None:
     """``warm_up`` in a background thread, once per process, so that no forget pays for the compilation."""
     global _warming
-    if not available():
+    if numba is None or _warming:
         return
     with _lock:
         if _warming:
@@ -514,10 +525,12 @@ def sample(sigma: float, size: int, rand) -> np.ndarray:
     it started (the same bits, so the same draw), and the kernel resumes after it."""
     n, d, t, fits, prm = params(sigma)
     size = noise._check_size(size)
-    if not fits or not enabled or numba is None:
+    if not fits or not enabled or not _ready:
+        if not _ready:
+            warm_up_async()
         return noise.sample_discrete_gaussian_pure(sigma, size, rand)
     out = np.empty(size, dtype=np.int64)
-    kernel = _compiled if _compiled is not None else _compile()
+    kernel = _compiled
     if type(rand) is noise.SecureRandomBits:  # its stream(), without building the object unless it is needed
         bits, key, pos = None, os.urandom(32), 0
     else:
@@ -562,15 +575,15 @@ def secure_release(theta: np.ndarray, sigma: float, grid: float, radius: float |
     ``params``' bounds are checked on sigma = p/q directly (p, q from float.as_integer_ratio, lowest terms) and
     the kernel forms N, D, t and the rest itself: the per-call Python work is a few integer operations, one
     os.urandom read, one np.empty and one dispatch returning an int (returning arrays from numba costs ~0.4 us)."""
-    if not enabled or numba is None or type(sigma) is not float or not 0.0 < sigma < math.inf or theta.ndim != 1:
+    if not _ready:
+        warm_up_async()
+        return None
+    if not enabled or type(sigma) is not float or not 0.0 < sigma < math.inf or theta.ndim != 1:
         return None
     p, q = sigma.as_integer_ratio()
     if p > _P_MAX or (p // q + 1) * q > _TQ_MAX:
         return None
     kernel = _compiled_release
-    if kernel is None:
-        _compile()
-        kernel = _compiled_release
     key = os.urandom(32)
     out = np.empty(theta.shape[0])
     if kernel(key, p, q, theta, float(grid), math.inf if radius is None else float(radius), out) == out.shape[0]:
@@ -592,14 +605,12 @@ def secure_discrete_release(theta: np.ndarray, sensitivity: float, sigma: float,
     sensitivity_used), bit for bit, for the same key.  None when the compiled path does not apply (no numba,
     switched off, theta not a float64 vector, an input the kernel hands back): the caller takes the Python route.
     The key is 32 fresh os.urandom bytes, as ``secure_release``'s; nothing is kept."""
-    kernel = _compiled_discrete_release
-    if kernel is None:
-        if not enabled or numba is None:
-            return None
-        _compile()
-        kernel = _compiled_discrete_release
-    elif not enabled:
+    if not _ready:
+        warm_up_async()
         return None
+    if not enabled:
+        return None
+    kernel = _compiled_discrete_release
     if type(theta) is not np.ndarray or theta.dtype is not _F64 or theta.ndim != 1 or not theta.flags.c_contiguous:
         return None
     key = os.urandom(32)

@@ -1,0 +1,86 @@
+"""No request waits for a compiler (issue 23): a service started on an empty numba cache answers its first learns
+on the numpy path while the kernels compile in the background, with the results a warm service gives (to
+round-off; tests/test_fast_path.py bounds a stream that switches loop by the certificates' round-off floor).
+
+The latency of the first learn is printed here and measured in ``python -m bench --sections coldstart``
+(docs/performance.md); what this test asserts is structural: the answer came while ``/readyz`` still reported the
+kernels compiling, so it cannot have waited for them.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from .conftest import ADMIN_TOKEN
+from .procs import ServiceProcess, service_env
+
+DIM = 16
+N = 1000
+
+
+def _examples(seed: int = 3) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, DIM))
+    X = 0.9 * X / np.linalg.norm(X, axis=1, keepdims=True)
+    return [{"id": f"r{i}", "x": x.round(12).tolist(), "y": float(i % 2)} for i, x in enumerate(X)]
+
+
+MODEL = {"name": "cold", "algorithm": "passive_olu", "loss": "logistic", "dim": DIM, "bounds": {"x_norm": 1.0},
+         "domain_radius": 10.0, "l2": 0.05, "privacy": {"epsilon": 1.0, "delta": 1e-6}}
+
+
+def _warm_parameters(tmp_path, rows: list[dict]) -> list[float]:
+    """The same model and learn in this process, whose kernels the session fixture loaded."""
+    from fastapi.testclient import TestClient
+
+    from app.config import Settings
+    from app.main import create_app
+    from app.unlearning import fast
+
+    assert fast.ready() or not fast.available()
+    settings = Settings(data_dir=tmp_path / "warm", admin_token=ADMIN_TOKEN, rate_limit=None, auth_failure_limit=0)
+    with TestClient(create_app(settings)) as c:
+        key = c.post("/v1/tenants", headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
+                     json={"name": "warm"}).json()["api_key"]
+        c.headers["authorization"] = f"Bearer {key}"
+        mid = c.post("/v1/models", json=MODEL).json()["id"]
+        assert c.post(f"/v1/models/{mid}/learn", json={"examples": rows}).status_code == 200
+        p = c.get(f"/v1/models/{mid}/parameters").json()
+        return p["weights"] + [p["bias"]]
+
+
+def test_first_learn_on_an_empty_numba_cache_does_not_wait_for_the_compiler(tmp_path):
+    from app.unlearning import fast
+
+    if not fast.available():
+        pytest.skip(f"numba is off here ({fast.unavailable_reason() or 'OLU_NUMBA=0'}): there is nothing to compile")
+    cache = tmp_path / "numba-cache"
+    cache.mkdir()
+    env = service_env(tmp_path / "data", f"sqlite:///{tmp_path / 'olu.db'}", NUMBA_CACHE_DIR=str(cache))
+    rows = _examples()
+    svc = ServiceProcess(env, tmp_path / "service.log").start()
+    try:
+        with svc.client() as anon:
+            assert anon.get("/readyz").json()["checks"]["kernels"] == "compiling"
+        _, key = svc.new_tenant("cold")
+        with svc.client(key) as c:
+            mid = c.post("/v1/models", json=MODEL).json()["id"]
+            started = time.perf_counter()
+            r = c.post(f"/v1/models/{mid}/learn", json={"examples": rows})
+            seconds = time.perf_counter() - started
+            assert r.status_code == 200, r.text
+            with svc.client() as anon:  # still compiling after the answer: the learn did not wait for it
+                assert anon.get("/readyz").json()["checks"]["kernels"] == "compiling"
+            print(f"first {N}-example learn on an empty numba cache: {seconds:.3f} s (numpy path)")
+            p = c.get(f"/v1/models/{mid}/parameters").json()
+            cold = p["weights"] + [p["bias"]]
+            # and a forget on the pure discrete Gaussian route, also without waiting
+            f = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["r5"]})
+            assert f.status_code == 200, f.text
+            with svc.client() as anon:
+                assert anon.get("/readyz").json()["checks"]["kernels"] == "compiling"
+    finally:
+        svc.stop()
+    np.testing.assert_allclose(cold, _warm_parameters(tmp_path, rows), rtol=0, atol=1e-12)
