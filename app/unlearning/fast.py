@@ -157,7 +157,7 @@ _warm_thread: threading.Thread | None = None
 
 
 def warming() -> bool:
-    """Whether ``warm_up_async``'s compilation still runs (the service's request deadlines start after it)."""
+    """Whether ``warm_up_async``'s compilation still runs."""
     t = _warm_thread
     return t is not None and t.is_alive()
 

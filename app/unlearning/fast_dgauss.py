@@ -419,6 +419,8 @@ def _compile():
 
 
 _ready = False  # the three kernels are compiled (or loaded from the cache): until then callers take the pure path
+_warming = False
+_warm_thread: threading.Thread | None = None
 
 
 def warm_up() -> None:
@@ -434,32 +436,27 @@ def warm_up() -> None:
 
 def ready() -> bool:
     """Whether the kernels are loaded; until then every draw takes the pure path (the same draws, bit for bit) and
-    no request waits for the compiler (issue 23)."""
+    no request waits for the compiler (issue 23): the first such draw starts the background compilation."""
+    if not _ready:
+        warm_up_async()
     return _ready
-
-
-_warming = False
 
 
 def warm_up_async() -> None:
     """``warm_up`` in a background thread, once per process, so that no forget pays for the compilation."""
-    global _warming
+    global _warming, _warm_thread
     if numba is None or _warming:
         return
     with _lock:
         if _warming:
             return
         _warming = True
-    global _warm_thread
     _warm_thread = threading.Thread(target=warm_up, name="olu-numba-dgauss-warm-up", daemon=True)
     _warm_thread.start()
 
 
-_warm_thread: threading.Thread | None = None
-
-
 def warming() -> bool:
-    """Whether ``warm_up_async``'s compilation still runs (the service's request deadlines start after it)."""
+    """Whether ``warm_up_async``'s compilation still runs."""
     t = _warm_thread
     return t is not None and t.is_alive()
 
@@ -525,9 +522,7 @@ def sample(sigma: float, size: int, rand) -> np.ndarray:
     it started (the same bits, so the same draw), and the kernel resumes after it."""
     n, d, t, fits, prm = params(sigma)
     size = noise._check_size(size)
-    if not fits or not enabled or not _ready:
-        if not _ready:
-            warm_up_async()
+    if not fits or not enabled or not ready():
         return noise.sample_discrete_gaussian_pure(sigma, size, rand)
     out = np.empty(size, dtype=np.int64)
     kernel = _compiled
@@ -575,10 +570,7 @@ def secure_release(theta: np.ndarray, sigma: float, grid: float, radius: float |
     ``params``' bounds are checked on sigma = p/q directly (p, q from float.as_integer_ratio, lowest terms) and
     the kernel forms N, D, t and the rest itself: the per-call Python work is a few integer operations, one
     os.urandom read, one np.empty and one dispatch returning an int (returning arrays from numba costs ~0.4 us)."""
-    if not _ready:
-        warm_up_async()
-        return None
-    if not enabled or type(sigma) is not float or not 0.0 < sigma < math.inf or theta.ndim != 1:
+    if not ready() or not enabled or type(sigma) is not float or not 0.0 < sigma < math.inf or theta.ndim != 1:
         return None
     p, q = sigma.as_integer_ratio()
     if p > _P_MAX or (p // q + 1) * q > _TQ_MAX:
@@ -605,10 +597,7 @@ def secure_discrete_release(theta: np.ndarray, sensitivity: float, sigma: float,
     sensitivity_used), bit for bit, for the same key.  None when the compiled path does not apply (no numba,
     switched off, theta not a float64 vector, an input the kernel hands back): the caller takes the Python route.
     The key is 32 fresh os.urandom bytes, as ``secure_release``'s; nothing is kept."""
-    if not _ready:
-        warm_up_async()
-        return None
-    if not enabled:
+    if not ready() or not enabled:
         return None
     kernel = _compiled_discrete_release
     if type(theta) is not np.ndarray or theta.dtype is not _F64 or theta.ndim != 1 or not theta.flags.c_contiguous:
