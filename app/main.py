@@ -20,6 +20,7 @@ from .db.session import Database
 from .observability import Metrics, ObservabilityMiddleware, configure_logging
 from .receipts.keys import load_or_create_keyring
 from .registry import ModelRegistry
+from .unlearning import kernels_status
 from .services.idempotency import IdempotencyStore
 from .services.models import ModelService
 from .services.receipts import ReceiptIssuer
@@ -50,7 +51,7 @@ class Context:
         checks["signing_key"] = "ok" if getattr(self.keyring, "active", None) is not None else "missing"
         # informational, never gating (READINESS_GATES): until the compiled kernels are loaded every request takes
         # the numpy path, so a replica serves at once; "compiling" tells an operator its cache was cold
-        checks["kernels"] = ModelRegistry.kernels_status()
+        checks["kernels"] = kernels_status()
         return checks
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from .db.state_codec import pack_state, unpack_state
 from .privacy import rho_from_epsilon_delta
 from .privacy.ledger import BudgetExhausted, LedgerState, accounting_from_params
-from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, fast, fast_dgauss
+from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, warm_kernels
 from .unlearning.budget import FORGET_BATCH, Budget, Cost
 from .unlearning.calibration import ALL_FIELDS, N_MAX, require_finite_array
 from .unlearning.losses import MAX_CLASSES, make_loss
@@ -454,20 +454,7 @@ class ModelRegistry:
         self._cache: OrderedDict[str, tuple[int, Unlearner]] = OrderedDict()
         self._lock = threading.Lock()
         self.capacity = capacity
-        # compile passive OLU's OGD loop and the discrete Gaussian sampler off the request path (no-op without
-        # numba); requests take the numpy path until they are loaded (kernels_status)
-        fast.warm_up_async()
-        fast_dgauss.warm_up_async()
-
-    @staticmethod
-    def kernels_status() -> str:
-        """"ok" once the compiled kernels are loaded, "compiling" while the numpy path serves, "off" without numba
-        (OLU_NUMBA=0 or not importable: the numpy path always)."""
-        if not (fast.available() or fast_dgauss.available()):
-            return "off"
-        if fast.ready() and fast_dgauss.ready():
-            return "ok"
-        return "compiling" if (fast.warming() or fast_dgauss.warming()) else "failed"
+        warm_kernels()  # off the request path: requests take the numpy path until they load (kernels_status)
 
     @staticmethod
     def new_engine(spec: ModelSpec) -> Unlearner:

@@ -30,7 +30,29 @@ def engine_class(algorithm: str) -> type[Unlearner]:
         raise SpecError(f"unknown algorithm {algorithm!r}; available: {', '.join(sorted(ALGORITHMS))}") from None
 
 
+def warm_kernels(background: bool = True) -> None:
+    """Compile (or load from numba's cache) the compiled kernels: in a background thread (the service at start-up:
+    requests take the numpy path meanwhile), or now (``olu warm``, the image build).  A no-op without numba."""
+    from . import fast, fast_dgauss
+
+    for module in (fast, fast_dgauss):
+        (module.warm_up_async if background else module.warm_up)()
+
+
+def kernels_status() -> str:
+    """"ok" once the compiled kernels are loaded, "compiling" while the numpy path serves, "off" without numba
+    (OLU_NUMBA=0 or not importable: the numpy path always), "failed" if the compilation ended without them."""
+    from . import fast, fast_dgauss
+
+    if not (fast.available() or fast_dgauss.available()):
+        return "off"
+    if fast.ready() and fast_dgauss.ready():
+        return "ok"
+    return "compiling" if (fast.warming() or fast_dgauss.warming()) else "failed"
+
+
 __all__ = [
     "ALGORITHMS", "ArrayRetained", "CapacityExhausted", "Certificate", "ForgetError", "InputError", "ModelSpec", "NotDeletable", "NoiseSource",
-    "SecureGaussianNoise", "SeededNoise", "SpecError", "Unlearner", "engine_class", "validate_examples",
+    "SecureGaussianNoise", "SeededNoise", "SpecError", "Unlearner", "engine_class", "kernels_status", "validate_examples",
+    "warm_kernels",
 ]
