@@ -84,3 +84,22 @@ def test_first_learn_on_an_empty_numba_cache_does_not_wait_for_the_compiler(tmp_
     finally:
         svc.stop()
     np.testing.assert_allclose(cold, _warm_parameters(tmp_path, rows), rtol=0, atol=1e-12)
+
+
+def test_olu_warm_builds_or_loads_the_cache():
+    """``olu warm`` (the image runs it at build time): loads the kernels the session already compiled into numba's
+    default cache and says so; with numba switched off it reports "off" and succeeds (nothing to build)."""
+    import os
+    import subprocess
+
+    from .procs import REPO
+    from .tools import tool, tool_env
+
+    olu = tool("olu")
+    assert olu, "the olu console script is installed with the package"
+    env = tool_env({k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"})
+    warm = subprocess.run([olu, "warm"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert warm.returncode == 0 and warm.stdout.startswith("kernels: ok in "), warm.stdout + warm.stderr
+    off = subprocess.run([olu, "warm"], cwd=REPO, env={**env, "OLU_NUMBA": "0"}, capture_output=True, text=True,
+                         timeout=120)
+    assert off.returncode == 0 and off.stdout.startswith("kernels: off"), off.stdout + off.stderr
