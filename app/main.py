@@ -49,8 +49,8 @@ class Context:
             checks["database"] = "unreachable"
             checks["schema"] = "unknown"
         checks["signing_key"] = "ok" if getattr(self.keyring, "active", None) is not None else "missing"
-        # informational, never gating (READINESS_GATES): until the compiled kernels are loaded every request takes
-        # the numpy path, so a replica serves at once; "compiling" tells an operator its cache was cold
+        # until the compiled kernels are loaded every request takes the numpy path (no request waits for the
+        # compiler), but large models run slower there: "compiling" keeps the replica unready (api/system.py)
         checks["kernels"] = kernels_status()
         return checks
 

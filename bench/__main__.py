@@ -9,7 +9,8 @@ database bytes per example), profiles (pyinstrument/py-spy evidence for the miss
 Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)), stream (learn events through NATS
 JetStream and ``olu consume`` vs HTTP ingest; needs NATS at 127.0.0.1:4222), accuracy (held-out accuracy before
 and after forgetting 1 record, 1 % and 10 % of the stream, every family, beside the exact retrain and river's single
-pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy.py).
+pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy.py),
+coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/coldstart.py).
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from .common import fmt_rate, fmt_time, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "accuracy")
-DEFAULT_SECTIONS = SECTIONS[:-1]  # the performance sections; accuracy runs when named
+SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "coldstart", "accuracy")
+DEFAULT_SECTIONS = SECTIONS[:-2]  # the performance sections; coldstart and accuracy run when named
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
@@ -265,6 +266,10 @@ def main(argv=None) -> None:
             from . import stream
             res["stream"] = stream.run(a.quick, backends)
             print("\n".join(stream.table(res["stream"])))
+        elif name == "coldstart":
+            from . import coldstart
+            res["coldstart"] = coldstart.run(a.quick)
+            print("\n".join(coldstart.table(res["coldstart"])))
         elif name == "memory":
             from . import memory
             res["memory"] = memory.run(a.quick, backends)

@@ -47,9 +47,11 @@ READINESS_GATES = ("database", "schema", "signing_key")
 
 @router.get("/readyz", response_model=Health, responses=responses(503))
 def readyz(request: Request):
-    """Readiness: database reachable, schema at the migration head, signing key loaded (503 otherwise).  The
-    ``kernels`` check is reported, not gating: "ok" (compiled kernels loaded), "compiling" (requests take the numpy
-    path meanwhile, with the same results to round-off), "off" (no numba: the numpy path always) or "failed"."""
+    """Readiness: database reachable, schema at the migration head, signing key loaded, and the compiled kernels
+    no longer compiling (503 otherwise).  ``kernels``: "ok" (loaded), "compiling" (a cold numba cache: requests
+    are served meanwhile on the numpy path, slower on large models, so a load balancer should send them to warm
+    replicas), "off" (no numba: the numpy path always) or "failed" (the compilation failed: the numpy path, logged);
+    only "compiling" makes the replica unready.  Liveness is /healthz."""
     checks = get_ctx(request).readiness()
-    ok = all(checks.get(name) == "ok" for name in READINESS_GATES)
+    ok = all(checks.get(name) == "ok" for name in READINESS_GATES) and checks.get("kernels") != "compiling"
     return JSONResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503)
