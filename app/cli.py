@@ -58,6 +58,11 @@ def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
     proxies in OLU_TRUSTED_PROXIES."""
     import uvicorn
 
+    if workers > 1 and _settings().resolved_database_url.startswith("sqlite"):
+        typer.echo(f"olu serve: warning: {workers} workers on SQLite. SQLite takes one writer at a time, so more "
+                   "workers add no ingest and lengthen the learn tail (python -m bench --sections scale: learn p99 "
+                   "3.1x one worker's at 2 workers, ingest 0.94x; docs/performance.md). Serve SQLite with one "
+                   "worker, or use PostgreSQL (OLU_DATABASE_URL) for several workers or replicas.", err=True)
     uvicorn.run("app.main:app", host=host, port=port, workers=workers, log_level=log_level, proxy_headers=False)
 
 

@@ -10,7 +10,8 @@ Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)), s
 JetStream and ``olu consume`` vs HTTP ingest; needs NATS at 127.0.0.1:4222), accuracy (held-out accuracy before
 and after forgetting 1 record, 1 % and 10 % of the stream, every family, beside the exact retrain and river's single
 pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy.py),
-coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/coldstart.py).
+scale (aggregate learn events/s and predict requests/s for 1, 2, 4, 8 replicas or workers, servers and load
+generators pinned to separate cores; bench/scale.py), coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/coldstart.py).
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from .common import fmt_rate, fmt_time, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "coldstart", "accuracy")
-DEFAULT_SECTIONS = SECTIONS[:-2]  # the performance sections; coldstart and accuracy run when named
+SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "accuracy")
+DEFAULT_SECTIONS = SECTIONS[:-3]  # the performance sections; scale, coldstart and accuracy run when named
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
@@ -266,6 +267,10 @@ def main(argv=None) -> None:
             from . import stream
             res["stream"] = stream.run(a.quick, backends)
             print("\n".join(stream.table(res["stream"])))
+        elif name == "scale":
+            from . import scale
+            res["scale"] = scale.run(a.quick, backends)
+            print("\n".join(scale.table(res["scale"])))
         elif name == "coldstart":
             from . import coldstart
             res["coldstart"] = coldstart.run(a.quick)

@@ -1,8 +1,9 @@
 """First-request latency after a cold start (issue 23): ``python -m bench --sections coldstart``.
 
 A service process is started on an empty ``NUMBA_CACHE_DIR`` (as a fresh install, or an image built without
-``olu warm``), and timed: until ``/readyz`` answers 200, the first learn of 1 000 examples (d = 16, passive OLU),
-the first unlearn, the next learn; then how long the background compilation took (``/readyz`` kernels "ok").  The
+``olu warm``), and timed: until ``/healthz`` answers, then (right away, as a client that does not wait for
+readiness) the first learn of 1 000 examples (d = 16, passive OLU), the first unlearn, the next learn; then until
+``/readyz`` answers 200 (503 while the kernels compile in the background).  The
 same process is started again on the cache it has just filled (a warm start: ``olu warm`` ahead, or the image),
 which is the baseline of the ratios.  Before issue 23 the first learn waited for the compilation (82 s on one core).
 """
@@ -51,14 +52,14 @@ def _start(cache: Path, work: Path) -> dict:
     try:
         while True:
             try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if proc.poll() is not None or time.perf_counter() - started > 120:
                 raise RuntimeError("the service did not become ready")
             time.sleep(0.02)
-        out["ready_s"] = time.perf_counter() - started
+        out["alive_s"] = time.perf_counter() - started  # /healthz; the first requests go now, not after /readyz
         with httpx.Client(base_url=url, timeout=600) as c:
             key = c.post("/v1/tenants", json={"name": "b"}, headers={"authorization": f"Bearer {admin}"}).json()
             c.headers["authorization"] = f"Bearer {key['api_key']}"
@@ -73,11 +74,11 @@ def _start(cache: Path, work: Path) -> dict:
                 r = call()
                 out[name] = time.perf_counter() - t0
                 assert r.status_code == 200, r.text
-            while c.get("/readyz").json()["checks"]["kernels"] == "compiling":
+            while c.get("/readyz").status_code != 200:  # 503 while the kernels compile
                 if time.perf_counter() - started > 900:
                     break
                 time.sleep(0.25)
-            out["kernels_loaded_s"] = time.perf_counter() - started
+            out["ready_s"] = time.perf_counter() - started
             out["kernels"] = c.get("/readyz").json()["checks"]["kernels"]
     finally:
         proc.terminate()
@@ -95,7 +96,7 @@ def run(quick: bool = False) -> dict:
 
 
 def table(r: dict) -> list[str]:
-    keys = ("ready_s", "first_learn_s", "first_unlearn_s", "next_learn_s", "kernels_loaded_s")
+    keys = ("alive_s", "first_learn_s", "first_unlearn_s", "next_learn_s", "ready_s")
     lines = [f"## cold start: a fresh service process, first requests (learn = {r['n']} examples, d = {r['d']}, "
              f"SQLite; {r['cpus']} cpus)",
              f"{'start':>6} {'kernels then':>13} " + " ".join(f"{k[:-2]:>16}" for k in keys)]

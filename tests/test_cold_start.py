@@ -125,3 +125,26 @@ def test_olu_warm_builds_or_loads_the_cache():
     off = subprocess.run([olu, "warm"], cwd=REPO, env={**env, "OLU_NUMBA": "0"}, capture_output=True, text=True,
                          timeout=120)
     assert off.returncode == 0 and off.stdout.startswith("kernels: off"), off.stdout + off.stderr
+
+
+def test_olu_serve_steers_sqlite_to_one_worker(monkeypatch, tmp_path):
+    """bench --sections scale: on SQLite more workers add no ingest and lengthen the learn tail, so `olu serve`
+    warns when asked for several workers on SQLite (and not on PostgreSQL, nor for one worker)."""
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from app.cli import app as cli
+
+    runs = []
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: runs.append(kw["workers"]))
+    monkeypatch.setenv("OLU_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("OLU_ADMIN_TOKEN", ADMIN_TOKEN)
+    runner = CliRunner()
+    monkeypatch.setenv("OLU_DATABASE_URL", f"sqlite:///{tmp_path / 'olu.db'}")
+    several = runner.invoke(cli, ["serve", "--workers", "4"])
+    one = runner.invoke(cli, ["serve"])
+    monkeypatch.setenv("OLU_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/olu")
+    postgres = runner.invoke(cli, ["serve", "--workers", "4"])
+    assert runs == [4, 1, 4]
+    assert "4 workers on SQLite" in several.output and "one worker" in several.output
+    assert "warning" not in one.output and "warning" not in postgres.output
