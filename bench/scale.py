@@ -152,11 +152,12 @@ def _measure(backend: str, database_url: str, n: int, server_cores: list[int], c
             "predict_per_s": len(predict) / seconds, "predict_p99_s": float(np.percentile(predict, 99))}
 
 
-def run(quick: bool = False, backends: tuple[str, ...] = ("sqlite", "postgresql")) -> dict:
+def run(quick: bool = False, backends: tuple[str, ...] = ("sqlite", "postgresql"),
+        seconds: float | None = None) -> dict:
     from .ingest import _pg_database
 
     cores = sorted(os.sched_getaffinity(0))
-    seconds = 4.0 if quick else 15.0
+    seconds = seconds or (4.0 if quick else 15.0)
     rows, notes = [], []
     for backend in backends:
         for n in (1, 2, 4, 8):
