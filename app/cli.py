@@ -181,7 +181,7 @@ def key_revoke(tenant_id: str, key_id: str):
 @signing_app.command("rotate")
 def signing_rotate(grace_seconds: int = typer.Option(300, help="how long the old key keeps signing validly")):
     """Make a new active signing key; the old one is retired but keeps verifying what it signed."""
-    from .receipts.keys import rotate_key
+    from .receipts.keystore import rotate_key
 
     ring = rotate_key(_settings().data_dir, grace_seconds=grace_seconds)
     typer.echo(f"active key: {ring.key_id}; restart the service processes within {grace_seconds} s")

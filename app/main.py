@@ -18,7 +18,7 @@ from .db.files import secure_data_dir
 from .db.migrate import migration_status, upgrade_to_head
 from .db.session import Database
 from .observability import Metrics, ObservabilityMiddleware, configure_logging
-from .receipts.keys import load_or_create_keyring
+from .receipts.keystore import load_or_create_keyring
 from .registry import ModelRegistry
 from .unlearning import kernels_status
 from .services.idempotency import IdempotencyStore

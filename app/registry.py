@@ -20,7 +20,8 @@ import numpy as np
 
 from .db.state_codec import pack_state, unpack_state
 from .privacy import rho_from_epsilon_delta
-from .privacy.ledger import BudgetExhausted, LedgerState, accounting_from_params
+from .privacy.ledger import BudgetExhausted, LedgerState
+from .privacy.modes import accounting_from_params
 from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, warm_kernels
 from .unlearning.budget import FORGET_BATCH, Budget, Cost
 from .unlearning.calibration import ALL_FIELDS, N_MAX, require_finite_array

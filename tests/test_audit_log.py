@@ -98,7 +98,7 @@ def test_checkpoint_and_consistency_edges(tenant):
 
 
 def test_signing_key_rotation_keeps_old_receipts_verifiable(tmp_path):
-    from app.receipts.keys import rotate_key
+    from app.receipts.keystore import rotate_key
 
     from .conftest import start_server
 

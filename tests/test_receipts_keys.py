@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from app.receipts.canonical import receipt_signing_bytes
 from app.receipts.keys import (KeyLoadError, KeyRing, PublicKeyEntry, SigningKey, b64decode_strict, key_id_for,
-                               load_or_create_keyring, rotate_key, utc_now_iso,
-                               verify_with_public_keys)
+                               utc_now_iso, verify_with_public_keys)
+from app.receipts.keystore import load_or_create_keyring, rotate_key
 
 SEED = bytes(range(32))
 

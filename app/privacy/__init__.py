@@ -13,23 +13,8 @@ from .conversions import (
     rho_from_rdp_gaussian,
     sigma_for_rho,
 )
-from .ledger import (
-    ACCOUNTING_MODES,
-    Accounting,
-    BudgetExhausted,
-    Capacity,
-    Charge,
-    ChargeMismatch,
-    LedgerState,
-    LedgerSummary,
-    OmegaSeries,
-    PerUpdate,
-    accounting_from_params,
-    capacity_step,
-    fits,
-    ledger_summary,
-    omega_charge,
-)
+from .ledger import Accounting, BudgetExhausted, Charge, ChargeMismatch, LedgerState, LedgerSummary, capacity_step, fits, omega_charge
+from .modes import ACCOUNTING_MODES, Capacity, OmegaSeries, PerUpdate, accounting_from_params, ledger_summary
 
 __all__ = [
     "ACCOUNTING_MODES", "Accounting", "BudgetExhausted", "CONVERSIONS", "Capacity", "Charge", "ChargeMismatch",

@@ -9,7 +9,8 @@
 from .canonical import (CanonicalJSONError, canonical_json, parameters_sha256, receipt_leaf_bytes,
                         receipt_signing_bytes)
 from .checkpoint import make_checkpoint, receipt_proof, tenant_origin, verify_checkpoint
-from .keys import KeyRing, SigningKey, load_or_create_keyring, rotate_key
+from .keys import KeyRing, SigningKey
+from .keystore import load_or_create_keyring, rotate_key
 from .merkle import (EMPTY_ROOT, InMemoryNodeStore, MerkleLog, NodeStore, leaf_hash, node_hash,
                      verify_consistency, verify_inclusion)
 from .verify import VerificationReport, verify_bundle

@@ -11,7 +11,8 @@ import logging
 from typing import Any, Sequence
 
 from ..errors import Problem
-from ..privacy.ledger import BudgetExhausted, ChargeMismatch, LedgerState, accounting_from_params
+from ..privacy.ledger import BudgetExhausted, ChargeMismatch, LedgerState
+from ..privacy.modes import accounting_from_params
 from ..unlearning import Certificate, Unlearner
 from ..unlearning.release import MECHANISM
 

@@ -272,7 +272,7 @@ def _why(db, api_key: str) -> str:
 def build(settings, api_key: str, config: ConsumerConfig) -> tuple[Consumer, Any]:
     """The consumer on the configured database, signing receipts with the service's key ring (as the API)."""
     from ..main import open_storage
-    from ..receipts.keys import load_or_create_keyring
+    from ..receipts.keystore import load_or_create_keyring
     from ..registry import ModelRegistry
     from ..services.models import ModelService
     from ..services.receipts import ReceiptIssuer
