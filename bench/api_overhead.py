@@ -33,8 +33,9 @@ def _app():
     ctx.models.learn(tid, mid, [f"h-{i}" for i in range(1000)], X, y)
     answers = {"unlearn": ctx.models.unlearn(tid, mid, ["h-1"]), "predict": ctx.models.predict(tid, mid, [X[0].tolist()]),
                "learn": ctx.models.learn(tid, mid, ["new-1"], X[:1], y[:1])}
-    for name, answer in answers.items():
-        setattr(ctx.models, name, lambda *a, _answer=answer, **k: _answer)
+    services = {"unlearn": ctx.models.forgetting, "predict": ctx.models.prediction, "learn": ctx.models.learning}
+    for name, answer in answers.items():  # on the use case's service: the routes call it
+        setattr(services[name], name, lambda *a, _answer=answer, **k: _answer)
     return app, tenant["api_key"], mid, X
 
 

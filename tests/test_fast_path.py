@@ -123,7 +123,7 @@ def test_adaptive_schedule_keeps_the_numpy_loop():
 def test_batch_commitments_equal_hmac():
     import secrets
 
-    from app.services.tenants import commitment, commitment_digests
+    from app.services.records import commitment, commitment_digests
 
     for key in (secrets.token_bytes(32), b"", secrets.token_bytes(64), secrets.token_bytes(100)):
         ids = ["a", "", "record-\u00e9\u4e2d", "x" * 256] + [secrets.token_hex(8) for _ in range(20)]

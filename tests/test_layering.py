@@ -26,7 +26,7 @@ KNOWN_CIRCLES = [
     ["bench.regret", "bench.regret_table1"],
 ]
 KNOWN_LONG = {
-              "app/schemas/api.py": 580, "app/services/models.py": 966, "app/unlearning/active.py": 503,
+              "app/schemas/api.py": 580, "app/unlearning/active.py": 503,
               "app/unlearning/descent_to_delete.py": 812, "app/unlearning/fast_dgauss.py": 620,
               "app/unlearning/memory_pair.py": 717, "app/unlearning/passive.py": 619, "app/unlearning/rewind.py": 806,
               "app/unlearning/second_order.py": 567}

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from app.cli import app as cli
 from app.db.tables import ApiKey, ModelState, Record, RecordBatch, RetainedExample
 from app.receipts.verify import verify_bundle
-from app.services.tenants import commitment
+from app.services.records import commitment
 
 from .helpers import create_model, examples, unit_rows
 

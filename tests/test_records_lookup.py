@@ -17,7 +17,7 @@ from app.db.record_batches import SLOT_BITS, RecordIndex, lookups_of
 from app.db.tables import Record, RecordBatch
 from app.errors import Problem
 from app.main import create_app
-from app.services.tenants import commitment, lookup_key
+from app.services.records import commitment, lookup_key
 
 SPEC = {"name": "m", "algorithm": "passive_olu", "loss": "logistic", "dim": 2, "bounds": {"x_norm": 1.0, "y_abs": 1.0},
         "domain_radius": 5.0, "l2": 0.1, "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": {}}
@@ -198,7 +198,7 @@ def test_forgetting_zeroes_only_that_records_example_mac(ctx):
 def test_batches_with_steps_out_of_order(ctx):
     """A batch whose steps are not first_step, first_step + 1, ... keeps them all (engines may return any steps)."""
     from app.ids import utcnow
-    from app.services.tenants import commitment_digests
+    from app.services.records import commitment_digests
 
     t = ctx.tenants.create_tenant("t")["id"]
     m = ctx.models.create(t, SPEC)["id"]

@@ -186,7 +186,7 @@ def test_transient_database_errors_answer_503_with_retry_after(server, tenant):
     from sqlalchemy.exc import OperationalError
 
     _, c = tenant
-    models = server.app.state.ctx.models
+    models = server.app.state.ctx.models.lifecycle  # the service GET /v1/models calls
     original = models.list
 
     def deadlock(*_a, **_k):

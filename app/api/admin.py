@@ -25,7 +25,7 @@ def delete_tenant(tenant_id: Id, request: Request, _: Admin):
     erasure receipt each), every key is revoked, the tenant is marked deleted. Its signed log, receipts, ledgers
     and erased-record commitments stay for audit (an audit-only key may still be created). A deleted tenant is 404."""
     ctx = get_ctx(request)
-    return ctx.tenants.delete_tenant(tenant_id, ctx.models)
+    return ctx.tenants.delete_tenant(tenant_id, ctx.models.lifecycle)
 
 
 @router.post("/{tenant_id}/keys", status_code=201, response_model=KeyCreated, responses=responses(401, 403, 404, 409, 422))

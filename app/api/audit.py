@@ -35,7 +35,7 @@ DateTime = Annotated[datetime | None, BeforeValidator(_rfc3339),
 def get_ledger(model_id: ModelId, request: Request, p: Auditor):
     """The privacy ledger with every entry; also for deleted models (``model_status``, ``deleted_at``,
     ``erasure_receipt_id`` say so)."""
-    return get_ctx(request).models.ledger(p.tenant_id, model_id)
+    return get_ctx(request).models.audit.ledger(p.tenant_id, model_id)
 
 
 @router.get("/models/{model_id}/deletions", response_model=DeletionLog, responses=responses(401, 403, 404, 422))
@@ -45,13 +45,13 @@ def list_deletions(model_id: ModelId, request: Request, p: Auditor,
     """The model's deletion receipts in log order, with cursor pagination and an optional issued-at window
     (``since`` inclusive, ``until`` exclusive); also for deleted models, whose erasure receipt is named in
     ``erasure_receipt_id``."""
-    return get_ctx(request).models.deletions(p.tenant_id, model_id, cursor, limit, since, until)
+    return get_ctx(request).models.audit.deletions(p.tenant_id, model_id, cursor, limit, since, until)
 
 
 @router.get("/receipts/{receipt_id}", response_model=Receipt | ErasureReceipt, responses=responses(401, 403, 404))
 def get_receipt(receipt_id: Annotated[str, Path(pattern=NO_CONTROL)], request: Request, p: Auditor):
     """A certificate receipt (an unlearned record) or an erasure receipt (a deleted model), with its proof."""
-    return get_ctx(request).models.receipt(p.tenant_id, receipt_id)
+    return get_ctx(request).models.audit.receipt(p.tenant_id, receipt_id)
 
 
 @router.get("/audit/records/{record_id}", response_model=RecordStatus, response_model_exclude_unset=True,
@@ -59,20 +59,20 @@ def get_receipt(receipt_id: Annotated[str, Path(pattern=NO_CONTROL)], request: R
 def get_record_status(record_id: Annotated[str, Path(max_length=256, pattern=NO_CONTROL)], request: Request, p: Auditor):
     """Where a client record id was learned and whether it was forgotten, or erased with a deleted model, across
     the tenant's models."""
-    return get_ctx(request).models.record_status(p.tenant_id, record_id)
+    return get_ctx(request).models.audit.record_status(p.tenant_id, record_id)
 
 
 @router.get("/audit/checkpoint", response_model=SignedCheckpoint, responses=responses(401, 403))
 def get_checkpoint(request: Request, p: Auditor):
     """The signed checkpoint (tree size, root hash, time, key id) of the tenant's receipt log."""
-    return get_ctx(request).models.checkpoint(p.tenant_id)
+    return get_ctx(request).models.audit.checkpoint(p.tenant_id)
 
 
 @router.get("/audit/consistency", response_model=ConsistencyProof, responses=responses(401, 403, 422))
 def get_consistency(request: Request, p: Auditor, from_size: Annotated[int, Query(ge=1)],
                     to_size: Annotated[int | None, Query(ge=1)] = None):
     """RFC 9162 consistency proof between two sizes of the tenant's log, with both signed checkpoints."""
-    return get_ctx(request).models.consistency(p.tenant_id, from_size, to_size)
+    return get_ctx(request).models.audit.consistency(p.tenant_id, from_size, to_size)
 
 
 @router.get("/audit/export", response_model=ExportBundle, responses=responses(401, 403, 404, 422))
@@ -80,4 +80,4 @@ def export_bundle(request: Request, p: Auditor,
                   record_id: Annotated[str | None, Query(max_length=256, pattern=NO_CONTROL)] = None,
                   model_id: Annotated[str | None, Query(pattern=NO_CONTROL)] = None):
     """An offline-verifiable bundle for one record (across the tenant's models) or one model's deletions."""
-    return get_ctx(request).models.export(p.tenant_id, record_id, model_id)
+    return get_ctx(request).models.audit.export(p.tenant_id, record_id, model_id)

@@ -27,18 +27,18 @@ IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255,
 def create_model(body: ModelCreate, request: Request, p: Writer, idempotency_key: IdemKey = None):
     """Create a model. Its public constants and privacy calibration derive from the declared bounds."""
     return idempotent.run(request, p.tenant_id, body, Model, 201,
-                          lambda guard: get_ctx(request).models.create(p.tenant_id, body.model_dump(), guard))
+                          lambda guard: get_ctx(request).models.lifecycle.create(p.tenant_id, body.model_dump(), guard))
 
 
 @router.get("", response_model=ModelList, responses=responses(401, 403, 422))
 def list_models(request: Request, p: AnyKey, cursor: Cursor = None, limit: Limit = 50):
     """The tenant's models, oldest first, with cursor pagination."""
-    return get_ctx(request).models.list(p.tenant_id, cursor, limit)
+    return get_ctx(request).models.lifecycle.list(p.tenant_id, cursor, limit)
 
 
 @router.get("/{model_id}", response_model=Model, responses=responses(401, 403, 404))
 def get_model(model_id: ModelId, request: Request, p: AnyKey):
-    return get_ctx(request).models.get(p.tenant_id, model_id)
+    return get_ctx(request).models.lifecycle.get(p.tenant_id, model_id)
 
 
 @router.delete("/{model_id}", status_code=204, response_class=Response, responses=responses(401, 403, 404))
@@ -46,7 +46,7 @@ def delete_model(model_id: ModelId, request: Request, p: Writer):
     """Delete a model: secret state, records and data are erased, and one signed erasure receipt is appended to
     the tenant's log (see the ledger's ``erasure_receipt_id``); receipts and the log are kept. A deleted model is
     404, so a retry issues no second receipt."""
-    get_ctx(request).models.delete(p.tenant_id, model_id)
+    get_ctx(request).models.lifecycle.delete(p.tenant_id, model_id)
     return Response(status_code=204)
 
 
@@ -68,7 +68,7 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
 
     def work():
         batch = parse_learn_body(raw, request.headers.get("content-type"))
-        return idempotent.run(request, p.tenant_id, batch.model, LearnResponse, 200, lambda guard: models.learn(
+        return idempotent.run(request, p.tenant_id, batch.model, LearnResponse, 200, lambda guard: models.learning.learn(
             p.tenant_id, model_id, batch.ids, batch.X, batch.y, guard, batch.F))
 
     return await run_in_threadpool(work)
@@ -105,14 +105,14 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer,
     examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
                 if body.examples else None)
     return await run_in_threadpool(idempotent.run, request, p.tenant_id, body, UnlearnResponse, 200,
-                                   lambda guard: models.unlearn(p.tenant_id, model_id, list(body.ids), guard, examples))
+                                   lambda guard: models.forgetting.unlearn(p.tenant_id, model_id, list(body.ids), guard, examples))
 
 
 @router.post("/{model_id}/retrain", response_model=RetrainResponse, responses=responses(401, 403, 404, 409, 422))
 def retrain(model_id: ModelId, request: Request, p: Writer, idempotency_key: IdemKey = None):
     """Exact retrain on the retained examples (data-holding families): starts a new ledger epoch."""
     return idempotent.run(request, p.tenant_id, None, RetrainResponse, 200,
-                          lambda guard: get_ctx(request).models.retrain(p.tenant_id, model_id, guard))
+                          lambda guard: get_ctx(request).models.learning.retrain(p.tenant_id, model_id, guard))
 
 
 @router.post("/{model_id}/predict", response_model=PredictResponse, responses=responses(401, 403, 404, 413, 422),
@@ -123,14 +123,14 @@ async def predict(model_id: ModelId, request: Request, p: Predictor,
     with a feature spec (encoded exactly as at learning)."""
     models = get_ctx(request).models
     features = None if body.features is None else [f.root for f in body.features]
-    if models.predict_inline(body.x if features is None else features):  # small SQLite reads answer on the event
-        return idempotent.json_response(PredictResponse, models.predict(  # loop (no worker-thread hop)
+    if models.prediction.predict_inline(body.x if features is None else features):  # small SQLite reads answer on the event
+        return idempotent.json_response(PredictResponse, models.prediction.predict(  # loop (no worker-thread hop)
             p.tenant_id, model_id, body.x, inline=True, features=features))
     return await run_in_threadpool(lambda: idempotent.json_response(
-        PredictResponse, models.predict(p.tenant_id, model_id, body.x, features=features)))
+        PredictResponse, models.prediction.predict(p.tenant_id, model_id, body.x, features=features)))
 
 
 @router.get("/{model_id}/parameters", response_model=Parameters, responses=responses(401, 403, 404))
 def get_parameters(model_id: ModelId, request: Request, p: Predictor):
     """The published (noisy) parameters: the only parameters that ever leave the service."""
-    return get_ctx(request).models.parameters(p.tenant_id, model_id)
+    return get_ctx(request).models.prediction.parameters(p.tenant_id, model_id)

@@ -50,7 +50,7 @@ def readyz(request: Request):
     """Readiness: database reachable, schema at the migration head, signing key loaded, and the compiled kernels
     no longer compiling (503 otherwise).  ``kernels``: "ok" (loaded), "compiling" (a cold numba cache: requests
     are served meanwhile on the numpy path, slower on large models, so a load balancer should send them to warm
-    replicas), "off" (no numba: the numpy path always) or "failed" (the compilation failed: the numpy path, logged);
+    replicas), "off" (no numba: the numpy path always) or "failed" (the compilation failed: the numpy path);
     only "compiling" makes the replica unready.  Liveness is /healthz."""
     checks = get_ctx(request).readiness()
     ok = all(checks.get(name) == "ok" for name in READINESS_GATES) and checks.get("kernels") != "compiling"

@@ -178,14 +178,14 @@ class Applier:
                                                  else ev.learn.X)]
             y = [v for ev in chunk for v in (ev.learn.y.tolist() if isinstance(ev.learn.y, np.ndarray)
                                              else ev.learn.y)]
-        self.models.learn(self.tenant_id, chunk[0].model_id, ids, X, y, rec)
+        self.models.learning.learn(self.tenant_id, chunk[0].model_id, ids, X, y, rec)
         return rec.outcomes
 
     def _apply_unlearn(self, ev: Event, cursor: int | None) -> list[Outcome]:
         rec = _Recorder(self, [ev], cursor)
         body = ev.unlearn
         examples = [(e.id, e.x, e.y) for e in body.examples] if body.examples else None
-        self.models.unlearn(self.tenant_id, ev.model_id, list(body.ids), rec, examples)
+        self.models.forgetting.unlearn(self.tenant_id, ev.model_id, list(body.ids), rec, examples)
         return rec.outcomes
 
     # ---- one model subject's run of events ------------------------------------------------------------------
