@@ -148,3 +148,21 @@ def test_olu_serve_steers_sqlite_to_one_worker(monkeypatch, tmp_path):
     assert runs == [4, 1, 4]
     assert "4 workers on SQLite" in several.output and "one worker" in several.output
     assert "warning" not in one.output and "warning" not in postgres.output
+
+
+def test_the_image_builds_the_kernels_into_a_cache_the_service_user_owns():
+    """No Docker daemon here, so the Dockerfile is checked for what makes a container start warm: NUMBA_CACHE_DIR
+    set, ``olu warm`` run at build time after the install, the cache handed to the non-root service user (numba
+    uses only a cache directory it can write), liveness on /healthz for the HEALTHCHECK."""
+    import re
+
+    from .procs import REPO
+
+    docker = (REPO / "Dockerfile").read_text()
+    cache = re.search(r"NUMBA_CACHE_DIR=(\S+)", docker)
+    assert cache, "the image sets NUMBA_CACHE_DIR"
+    run = next(line for line in docker.split("\nRUN ")[1:] if "pip install" in line)
+    assert run.index("pip install") < run.index("olu warm") < run.index('chown -R olu /data "$NUMBA_CACHE_DIR"')
+    assert re.search(r"^USER olu$", docker, re.M)
+    healthcheck = docker[docker.index("HEALTHCHECK"):].split("\n\n")[0]
+    assert "/healthz" in healthcheck and "/readyz" not in healthcheck.split("CMD", 1)[1]
