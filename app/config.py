@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     max_request_work: float = Field(
         3e9, gt=0, allow_inf_nan=False,
         description="Work one request of a model may take, in work units (one unit is about one nanosecond of one "
-                    "core of the reference machine; app/unlearning/budget.py).  At creation the service estimates, "
+                    "core of the reference machine; app/unlearning/maths/work_budget.py).  At creation the service estimates, "
                     "from the spec alone, the worst case of a learn of max_batch examples, a forget of one record "
                     "and an exact retrain, and refuses (422 naming the field and its accepted range) a spec over it.")
     max_request_memory: int = Field(

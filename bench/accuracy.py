@@ -225,7 +225,7 @@ DATASETS: tuple[Entry, ...] = (
 
 def unsupported(entry: Entry) -> str | None:
     """Why this build cannot run ``entry`` (None: it can)."""
-    from app.unlearning.losses import LOSSES
+    from app.unlearning.maths.losses import LOSSES
 
     if entry.loss not in LOSSES:
         return f"loss {entry.loss!r} is not served by this engine yet (issue 16 item 1); losses: {', '.join(LOSSES)}"

@@ -13,8 +13,9 @@ import time
 
 import numpy as np
 
-from app.unlearning.base import ArrayRetained, ModelSpec
-from app.unlearning.descent_to_delete import DescentToDelete
+from app.unlearning.contract.spec import ModelSpec
+from app.unlearning.contract.unlearner import ArrayRetained
+from app.unlearning.families.descent_to_delete import DescentToDelete
 
 D_FEATURES = 16
 VARIANTS = ("secret", "perfect", "regularized_strong", "regularized_weak", "distributed")

@@ -14,7 +14,8 @@ import math
 
 import numpy as np
 
-from app.unlearning import PassiveOLU, fast
+from app.unlearning import PassiveOLU
+from app.unlearning.mechanism import fast
 
 from .common import median_time, spec, stream
 

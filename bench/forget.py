@@ -30,7 +30,8 @@ import time
 
 import numpy as np
 
-from app.unlearning import ALGORITHMS, ArrayRetained, CapacityExhausted, fast, fast_dgauss
+from app.unlearning import ALGORITHMS, ArrayRetained, CapacityExhausted
+from app.unlearning.mechanism import fast, fast_dgauss
 
 from .common import median_time, projected_time, spec, stream
 

@@ -23,10 +23,10 @@ import numpy as np  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 from sklearn.datasets import load_breast_cancer, load_digits  # noqa: E402
 
-from app.unlearning.base import ModelSpec  # noqa: E402
-from app.unlearning.domain import project_l2_ball  # noqa: E402
-from app.unlearning.losses import augment  # noqa: E402
-from app.unlearning.memory_pair import UncertifiedMemoryPair as MemoryPair  # noqa: E402  (measures refused settings too)
+from app.unlearning.contract.spec import ModelSpec  # noqa: E402
+from app.unlearning.maths.domain import project_l2_ball  # noqa: E402
+from app.unlearning.maths.losses import augment  # noqa: E402
+from app.unlearning.families.memory_pair import UncertifiedMemoryPair as MemoryPair  # noqa: E402  (measures refused settings too)
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 LAM, R = 0.01, 10.0

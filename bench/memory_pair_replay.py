@@ -19,8 +19,9 @@ import time
 import numpy as np
 from sklearn.datasets import load_breast_cancer
 
-from app.unlearning.base import ArrayRetained, ModelSpec
-from app.unlearning.memory_pair import UncertifiedMemoryPair as MemoryPair  # also measures the refused settings
+from app.unlearning.contract.spec import ModelSpec
+from app.unlearning.contract.unlearner import ArrayRetained
+from app.unlearning.families.memory_pair import UncertifiedMemoryPair as MemoryPair  # also measures the refused settings
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "docs" / "memory_pair_replay_results.md"
 LAM, R, RHO, CAP = 0.01, 10.0, 1.0, 32

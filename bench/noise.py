@@ -1,6 +1,6 @@
 """Noise sampler micro-benchmark: 17 draws (d = 16 plus the bias) per call, the size of one passive forget.
 
-Compares the exact discrete Gaussian sampler (app/unlearning/noise.py) on its compiled path (fast_dgauss.py,
+Compares the exact discrete Gaussian sampler (app/unlearning/mechanism/noise.py) on its compiled path (fast_dgauss.py,
 numba) and its pure-Python path with today's continuous ``SecureGaussianNoise.standard_normal(17)``, all with
 production randomness (fresh os.urandom key or seed per call).  Median time per call over batches.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from app.unlearning import fast_dgauss
-from app.unlearning.noise import SECURE_BITS, SecureGaussianNoise, sample_discrete_gaussian
+from app.unlearning.mechanism import fast_dgauss
+from app.unlearning.mechanism.noise import SECURE_BITS, SecureGaussianNoise, sample_discrete_gaussian
 
 SIZE = 17
 SIGMAS = (10.0, 1e3, 1e6)

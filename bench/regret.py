@@ -36,16 +36,17 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
-from app.unlearning.active import ActiveOLU
-from app.unlearning.base import ArrayRetained, ModelSpec
-from app.unlearning.discard import DiscardAndRestart
-from app.unlearning.dp_tree import OnlineDPTree
-from app.unlearning.losses import augment
-from app.unlearning.noise import SeededNoise
-from app.unlearning.passive import PassiveOLU
-from app.unlearning.restart import PassiveOLURestart
-from app.unlearning.retrain import RetrainOGD
-from app.unlearning.second_order import SecondOrderOLU
+from app.unlearning.families.active import ActiveOLU
+from app.unlearning.contract.spec import ModelSpec
+from app.unlearning.contract.unlearner import ArrayRetained
+from app.unlearning.families.discard import DiscardAndRestart
+from app.unlearning.families.dp_tree import OnlineDPTree
+from app.unlearning.maths.losses import augment
+from app.unlearning.mechanism.noise import SeededNoise
+from app.unlearning.families.passive import PassiveOLU
+from app.unlearning.families.restart import PassiveOLURestart
+from app.unlearning.families.retrain import RetrainOGD
+from app.unlearning.families.second_order import SecondOrderOLU
 
 from . import regret_table1 as table1
 from .regret_table1 import schedule  # the deletion events, shared with Table 1

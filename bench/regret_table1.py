@@ -49,8 +49,8 @@ import numpy as np
 
 from app.privacy import rho_from_epsilon_delta
 from app.unlearning import ALGORITHMS, ArrayRetained, ModelSpec
-from app.unlearning.losses import augment
-from app.unlearning.noise import SeededNoise
+from app.unlearning.maths.losses import augment
+from app.unlearning.mechanism.noise import SeededNoise
 
 from .common import projected_time
 
@@ -461,7 +461,7 @@ def passive_sc_bound(T: int, k: int, d: int) -> float:
     """[000] Thm 3.3 (with the L^2 its proof drops, digest §3.3) in this service's zCDP form: OGD's
     (L^2/mu)(1 + log T + 2(k - 1)) plus sum_i E||xi_i||^2 / (2 eta_tau_i) = d sigma_i^2 mu tau_i / 2,
     sigma_i = sqrt(omega i^omega / (2 (omega - 1) rho)) L / (mu tau_i), omega = 1.2 (d + 1 parameters)."""
-    from app.unlearning.losses import make_loss
+    from app.unlearning.maths.losses import make_loss
 
     L = make_loss("logistic", 1.0, 1.0, RADIUS, MU, {}).lipschitz
     om = 1.2

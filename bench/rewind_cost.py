@@ -11,8 +11,9 @@ import time
 
 import numpy as np
 
-from app.unlearning.base import ArrayRetained, ModelSpec
-from app.unlearning.rewind import RewindToDelete
+from app.unlearning.contract.spec import ModelSpec
+from app.unlearning.contract.unlearner import ArrayRetained
+from app.unlearning.families.rewind import RewindToDelete
 
 
 def run(n: int, T: int, d: int = 16, b: int = 32, reps: int = 3) -> dict:

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from app.unlearning import ArrayRetained, ModelSpec
-from app.unlearning.second_order import SecondOrderOLU, _Data, cg
+from app.unlearning.families.second_order import SecondOrderOLU, _Data, cg
 
 
 def _engine(d: int, solver: str, l2: float) -> SecondOrderOLU:

@@ -34,7 +34,7 @@ def _compiled_kernels_loaded():
     for a deployment: requests take the numpy path until they are loaded (issue 23), whose learn results agree
     with the compiled loop's to round-off, so without this a test's figures would depend on when the background
     compilation ended.  tests/test_cold_start.py covers the service before the kernels load."""
-    from app.unlearning import fast, fast_dgauss
+    from app.unlearning.mechanism import fast, fast_dgauss
 
     fast.warm_up()
     fast_dgauss.warm_up()

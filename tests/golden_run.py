@@ -92,7 +92,7 @@ def run(monkeypatch) -> dict[str, Any]:
     from app.config import Settings
     from app.main import create_app
 
-    from app.unlearning import fast, fast_dgauss
+    from app.unlearning.mechanism import fast, fast_dgauss
 
     _seeded(monkeypatch)
     # the compiled kernels loaded before the run (as recorded): requests take the numpy path while they compile

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.unlearning.base import ModelSpec
-from app.unlearning.passive import PassiveOLU
-from app.unlearning.restart import PassiveOLURestart
+from app.unlearning.contract.spec import ModelSpec
+from app.unlearning.families.passive import PassiveOLU
+from app.unlearning.families.restart import PassiveOLURestart
 
 X_NORM = 2.0
 PROBE = np.array([X_NORM, 0.0, 0.0])

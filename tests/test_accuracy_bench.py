@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("sklearn")  # the data sets (test extra); river (bench extra) is optional: its column is None
 
 from bench import accuracy as A  # noqa: E402
-from app.unlearning.losses import LOSSES  # noqa: E402
+from app.unlearning.maths.losses import LOSSES  # noqa: E402
 
 
 def test_accuracy_section_at_tiny_size(tmp_path):

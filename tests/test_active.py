@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from app.unlearning.active import ActiveOLU
-from app.unlearning.base import ArrayRetained, ForgetError, ModelSpec, SpecError
-from app.unlearning.noise import SeededNoise
-from app.unlearning.replay_data import coupled_replay_data
+from app.unlearning.families.active import ActiveOLU
+from app.unlearning.contract.errors import ForgetError, SpecError
+from app.unlearning.contract.spec import ModelSpec
+from app.unlearning.contract.unlearner import ArrayRetained
+from app.unlearning.mechanism.noise import SeededNoise
+from app.unlearning.verification.replay_data import coupled_replay_data
 
 RHO = 0.01747
 E1 = np.array([1.0, 0.0])
@@ -327,7 +329,7 @@ def test_steps_named_in_one_request_are_never_anchors():
 
 
 def test_two_phase_chunking_and_streaming_agree(monkeypatch):
-    import app.unlearning.active as active_mod
+    import app.unlearning.families.active as active_mod
 
     rng = np.random.default_rng(7)
     X = rng.normal(size=(50, 3))
@@ -360,8 +362,8 @@ def hybrid_replay(cls, s, X, y, deletions, u, seed=0):
     the same other deletions, mirrored through ``replay_event`` with the same draws.  Returns, per event,
     (tau, ||theta - theta'|| just before the forget, certificates).  The fallback's ``shift`` for u claims exactly
     this gap: the part of the two OLU worlds' gap that is u's, which the lattice split of every earlier release leaves
-    to u's own noise (module docstring of app/unlearning/active.py)."""
-    from app.unlearning.replay_data import _learn, _Store
+    to u's own noise (module docstring of app/unlearning/families/active.py)."""
+    from app.unlearning.verification.replay_data import _learn, _Store
     dim = X.shape[1]
     a, h = cls(s, SeededNoise(seed)), cls(s, SeededNoise(seed))
     sa, sh = _Store(dim), _Store(dim)
@@ -388,7 +390,7 @@ def test_fallback_adds_the_re_rounding_of_earlier_releases(seed):
     independently, so a coordinate that straddles a rounding boundary makes the gap g: 1.3x-1.9x the old bound
     eta_u L Gamma, within the new one (+ g sqrt(d + 1) Gamma).  A large budget keeps the noised point inside K (the
     projection would otherwise shrink the gap).  The OLU coupled replay of the same stream holds too."""
-    from app.unlearning.replay_data import coupled_replay_data
+    from app.unlearning.verification.replay_data import coupled_replay_data
     N, dim = 8000, 15
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(N + 2, dim))

@@ -199,7 +199,7 @@ def test_the_service_ledger_refuses_an_under_noised_certificate(server, tenant, 
     ledger = c.get(f"/v1/models/{mid}/ledger").json()
     before = c.get(f"/v1/models/{mid}").json()
 
-    from app.unlearning.passive import PassiveOLU
+    from app.unlearning.families.passive import PassiveOLU
 
     honest = PassiveOLU.noise_multiplier
     monkeypatch.setattr(PassiveOLU, "noise_multiplier", lambda self, i: honest(self, i) / 2)

@@ -48,7 +48,7 @@ def test_learn_predict_unlearn_receipt_round_trip(server, tenant):
         assert {k: v for k, v in got.items() if k != "proof"} == {k: v for k, v in receipt.items() if k != "proof"}
         assert verify_receipt(got, keys)
     assert [rc["log_index"] for rc in out["receipts"]] == [0, 1]
-    # the mechanism is named with its grid (app/unlearning/release.py); the last release made the published point
+    # the mechanism is named with its grid (app/unlearning/mechanism/release.py); the last release made the published point
     for receipt in out["receipts"]:
         mech = receipt["mechanism"]
         assert mech["rounding"] == "nearest_even" and mech["grid"] > 0

@@ -38,7 +38,7 @@ def _warm_parameters(tmp_path, rows: list[dict]) -> list[float]:
 
     from app.config import Settings
     from app.main import create_app
-    from app.unlearning import fast
+    from app.unlearning.mechanism import fast
 
     assert fast.ready() or not fast.available()
     settings = Settings(data_dir=tmp_path / "warm", admin_token=ADMIN_TOKEN, rate_limit=None, auth_failure_limit=0)
@@ -76,7 +76,7 @@ def _assert_compiling(svc: ServiceProcess) -> None:
 
 
 def test_first_learn_on_an_empty_numba_cache_does_not_wait_for_the_compiler(tmp_path):
-    from app.unlearning import fast
+    from app.unlearning.mechanism import fast
 
     if not fast.available():
         pytest.skip(f"numba is off here ({fast.unavailable_reason() or 'OLU_NUMBA=0'}): there is nothing to compile")

@@ -8,22 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.unlearning import d2d_math as dm
-from app.unlearning.base import (
-    ArrayRetained,
-    CapacityExhausted,
-    ForgetError,
-    ModelSpec,
-    SpecError,
-)
-from app.unlearning.d2d_replay import d2d_replay
-from app.unlearning.descent_to_delete import (
-    DatasetView,
-    DescentToDelete,
-    reservoir_update,
-)
-from app.unlearning.losses import make_loss
-from app.unlearning.noise import SeededNoise
+from app.unlearning.maths import d2d_constants as dm
+from app.unlearning.contract.errors import CapacityExhausted, ForgetError, SpecError
+from app.unlearning.contract.spec import ModelSpec
+from app.unlearning.contract.unlearner import ArrayRetained
+from app.unlearning.verification.d2d_replay import d2d_replay
+from app.unlearning.families.descent_to_delete import DatasetView, DescentToDelete, reservoir_update
+from app.unlearning.maths.losses import make_loss
+from app.unlearning.mechanism.noise import SeededNoise
 
 PGD_VARIANTS = ("secret", "perfect", "regularized_strong", "regularized_weak")
 

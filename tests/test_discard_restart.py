@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from app.unlearning import ALGORITHMS
-from app.unlearning.base import ForgetError, SpecError
-from app.unlearning.discard import DiscardAndRestart
-from app.unlearning.losses import augment
-from app.unlearning.noise import SeededNoise
-from app.unlearning.replay import coupled_replay
+from app.unlearning.contract.errors import ForgetError, SpecError
+from app.unlearning.families.discard import DiscardAndRestart
+from app.unlearning.maths.losses import augment
+from app.unlearning.mechanism.noise import SeededNoise
+from app.unlearning.verification.replay import coupled_replay
 from tests.olu_streams import mixed_stream, spec
 from tests.test_restart import any_schedule
 

@@ -1,4 +1,4 @@
-"""The exact discrete Gaussian sampler (app/unlearning/noise.py, fast_dgauss.py; CKS20 Algorithms 1-3).
+"""The exact discrete Gaussian sampler (app/unlearning/mechanism/noise.py, fast_dgauss.py; CKS20 Algorithms 1-3).
 
 Every statistical test draws from a fixed seed (deterministic) and uses p > 1e-4, so it cannot flake; each has a
 negative control showing the same test rejects a slightly wrong distribution.
@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, chisquare
 
-from app.unlearning import fast_dgauss
-from app.unlearning import noise as nz
-from app.unlearning.noise import (ChaChaBits, SecureGaussianNoise, SecureRandomBits, SeededNoise, SeededRandomBits,
-                                  sample_discrete_gaussian, sample_discrete_gaussian_pure)
+from app.unlearning.mechanism import fast_dgauss
+from app.unlearning.mechanism import noise as nz
+from app.unlearning.mechanism.noise import (ChaChaBits, SecureGaussianNoise, SecureRandomBits, SeededNoise, SeededRandomBits, sample_discrete_gaussian, sample_discrete_gaussian_pure)
 
 needs_numba = pytest.mark.skipif(not fast_dgauss.available(), reason="numba not available")
 P_MIN = 1e-4
@@ -322,7 +321,7 @@ def test_seeded_bits_seeds():
 
 
 def test_recording_noise_in_d2d_replay_records_discrete_draws():
-    from app.unlearning.d2d_replay import RecordingNoise
+    from app.unlearning.verification.d2d_replay import RecordingNoise
     r = RecordingNoise(SeededNoise(1))
     z = r.discrete_gaussian(2.0, 5)
     assert r.last is z and z.dtype == np.int64

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from app.unlearning import ArrayRetained, ModelSpec, SeededNoise
-from app.unlearning import release
-from app.unlearning.active import ActiveOLU
-from app.unlearning.descent_to_delete import DescentToDelete
-from app.unlearning.memory_pair import MemoryPair
-from app.unlearning.passive import PassiveOLU
-from app.unlearning.replay import coupled_replay
-from app.unlearning.restart import PassiveOLURestart
-from app.unlearning.rewind import RewindToDelete
+from app.unlearning.mechanism import release
+from app.unlearning.families.active import ActiveOLU
+from app.unlearning.families.descent_to_delete import DescentToDelete
+from app.unlearning.families.memory_pair import MemoryPair
+from app.unlearning.families.passive import PassiveOLU
+from app.unlearning.verification.replay import coupled_replay
+from app.unlearning.families.restart import PassiveOLURestart
+from app.unlearning.families.rewind import RewindToDelete
 
 
 def _is_power_of_two(g: float) -> bool:
@@ -152,7 +152,7 @@ class _KeyBits:
         self.key = key
 
     def stream(self):
-        from app.unlearning.noise import ChaChaBits
+        from app.unlearning.mechanism.noise import ChaChaBits
         return ChaChaBits(self.key)
 
 
@@ -160,8 +160,8 @@ class _KeyBits:
 def test_secure_release_is_the_general_release_for_the_same_key(monkeypatch, radius):
     """With SecureGaussianNoise, add_discrete_noise draws and rounds in one compiled call; for the same os.urandom
     key that is exactly the pure sampler's draws rounded by fast.grid_noise_step (the general route)."""
-    from app.unlearning import fast, fast_dgauss
-    from app.unlearning.noise import SecureGaussianNoise, sample_discrete_gaussian_pure
+    from app.unlearning.mechanism import fast, fast_dgauss
+    from app.unlearning.mechanism.noise import SecureGaussianNoise, sample_discrete_gaussian_pure
     if not fast_dgauss.available():
         pytest.skip("numba not available")
     fast_dgauss.warm_up()
@@ -188,8 +188,8 @@ def test_secure_release_is_the_general_release_for_the_same_key(monkeypatch, rad
 def test_secure_release_hands_a_draw_outside_the_bounds_to_the_pure_path(monkeypatch):
     """A candidate outside the kernel's int64 bounds (forced here with ymax = 12): the pure path redoes that draw
     from the same bit position and the result is still the general release's."""
-    from app.unlearning import fast, fast_dgauss
-    from app.unlearning.noise import sample_discrete_gaussian_pure
+    from app.unlearning.mechanism import fast, fast_dgauss
+    from app.unlearning.mechanism.noise import sample_discrete_gaussian_pure
     if not fast_dgauss.available():
         pytest.skip("numba not available")
     fast_dgauss.warm_up()
@@ -223,7 +223,7 @@ class _KeyNoise:
         self.key = key
 
     def discrete_gaussian(self, sigma, size):
-        from app.unlearning.noise import sample_discrete_gaussian_pure
+        from app.unlearning.mechanism.noise import sample_discrete_gaussian_pure
         return sample_discrete_gaussian_pure(sigma, size, _KeyBits(self.key))
 
 
@@ -248,8 +248,8 @@ def test_secure_discrete_release_is_the_python_release_for_the_same_key(monkeypa
     draws and the rounding in one compiled call (fast_dgauss.secure_discrete_release): for the same os.urandom key
     every output is bit-identical to the Python route's (grid_resolution, sigma_for_fast_path, the pure sampler,
     fast.grid_noise_step)."""
-    from app.unlearning import fast_dgauss
-    from app.unlearning.noise import SecureGaussianNoise
+    from app.unlearning.mechanism import fast_dgauss
+    from app.unlearning.mechanism.noise import SecureGaussianNoise
     if not fast_dgauss.available():
         pytest.skip("numba not available")
     fast_dgauss.warm_up()
@@ -279,8 +279,8 @@ def test_secure_discrete_release_is_the_python_release_for_the_same_key(monkeypa
 def test_secure_discrete_release_redraws_when_the_kernel_stops(monkeypatch):
     """When a draw leaves the kernel's bounds the same key is redrawn (pure path for that draw) and rounded by the
     general route: the same published vector as the Python route."""
-    from app.unlearning import fast_dgauss
-    from app.unlearning.noise import SecureGaussianNoise
+    from app.unlearning.mechanism import fast_dgauss
+    from app.unlearning.mechanism.noise import SecureGaussianNoise
     if not fast_dgauss.available():
         pytest.skip("numba not available")
     fast_dgauss.warm_up()

@@ -9,12 +9,13 @@ import pytest
 from app.db.state_codec import pack_state, unpack_state
 from app.privacy import epsilon_from_rho
 from app.unlearning import ALGORITHMS
-from app.unlearning.base import CapacityExhausted, ForgetError, InputError, ModelSpec, SpecError
-from app.unlearning.domain import project_l2_ball
-from app.unlearning.dp_tree import OnlineDPTree, decomposition, group_factor, levels_for
-from app.unlearning.losses import augment
-from app.unlearning.noise import SeededNoise
-from app.unlearning.release import MECHANISM, grid_resolution, on_grid
+from app.unlearning.contract.errors import CapacityExhausted, ForgetError, InputError, SpecError
+from app.unlearning.contract.spec import ModelSpec
+from app.unlearning.maths.domain import project_l2_ball
+from app.unlearning.families.dp_tree import OnlineDPTree, decomposition, group_factor, levels_for
+from app.unlearning.maths.losses import augment
+from app.unlearning.mechanism.noise import SeededNoise
+from app.unlearning.mechanism.release import MECHANISM, grid_resolution, on_grid
 from app.registry import rho_from_epsilon_delta
 from tests.olu_streams import PROBE, mixed_stream
 

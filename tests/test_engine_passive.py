@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from app.db.state_codec import pack_state, unpack_state
 from app.unlearning import InputError, ModelSpec, SeededNoise, SpecError
-from app.unlearning.passive import PassiveOLU
-from app.unlearning.replay import coupled_replay
-from app.unlearning.schedules import CappedStronglyConvex
+from app.unlearning.families.passive import PassiveOLU
+from app.unlearning.verification.replay import coupled_replay
+from app.unlearning.maths.schedules import CappedStronglyConvex
 
 TOL = 1e-9
 

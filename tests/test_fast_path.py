@@ -1,11 +1,11 @@
-"""The compiled OGD loop (app/unlearning/fast.py) gives the numpy loop's results (round-off only)."""
+"""The compiled OGD loop (app/unlearning/mechanism/fast.py) gives the numpy loop's results (round-off only)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from app.unlearning import ALGORITHMS, ModelSpec, SeededNoise
-from app.unlearning import fast
+from app.unlearning.mechanism import fast
 
 needs_numba = pytest.mark.skipif(not fast.available(), reason=f"compiled fast path unavailable: "
                                                                f"{fast.unavailable_reason() or 'disabled'}")
@@ -99,7 +99,7 @@ def test_switching_loop_mid_stream_stays_within_the_roundoff_floor(algorithm, lo
 def test_numpy_path_until_the_kernels_load(monkeypatch):
     """No caller waits for the compiler: before the kernels are loaded ``supported`` is False (the numpy loop runs)
     and the noise step and the discrete Gaussian sampler take their numpy / pure routes, with the same draws."""
-    from app.unlearning import fast_dgauss, noise
+    from app.unlearning.mechanism import fast_dgauss, noise
 
     monkeypatch.setattr(fast, "_kernel", None)
     monkeypatch.setattr(fast, "_warming", True)  # as if the background compilation were still running

@@ -13,12 +13,13 @@ from hypothesis import strategies as st
 
 from app.features import (HASH, SEED, FeatureError, FeatureSpecError, bucket, dense_rows, featurize,
                           featurize_many, normalize_spec)
-from app.unlearning.active import ActiveOLU
-from app.unlearning.base import ModelSpec, validate_examples
-from app.unlearning.losses import make_loss
-from app.unlearning.passive import PassiveOLU
-from app.unlearning.replay import coupled_replay
-from app.unlearning.replay_data import coupled_replay_data
+from app.unlearning.families.active import ActiveOLU
+from app.unlearning.contract.spec import ModelSpec
+from app.unlearning.contract.unlearner import validate_examples
+from app.unlearning.maths.losses import make_loss
+from app.unlearning.families.passive import PassiveOLU
+from app.unlearning.verification.replay import coupled_replay
+from app.unlearning.verification.replay_data import coupled_replay_data
 
 NAMES = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x2FF, exclude_characters="\x7f"), min_size=1,
                 max_size=8)

@@ -20,13 +20,14 @@ import pickle
 import numpy as np
 import pytest
 
-from app.unlearning import SecureGaussianNoise, SeededNoise, fast
-from app.unlearning.certificate import Certificate
-from app.unlearning.domain import project_l2_ball
-from app.unlearning.noise import OS_ENTROPY, OsEntropy, secure_generator
-from app.unlearning.passive import PassiveOLU
-from app.unlearning.restart import PassiveOLURestart
-from app.unlearning.schedules import Adaptive
+from app.unlearning import SecureGaussianNoise, SeededNoise
+from app.unlearning.mechanism import fast
+from app.unlearning.contract.certificate import Certificate
+from app.unlearning.maths.domain import project_l2_ball
+from app.unlearning.mechanism.noise import OS_ENTROPY, OsEntropy, secure_generator
+from app.unlearning.families.passive import PassiveOLU
+from app.unlearning.families.restart import PassiveOLURestart
+from app.unlearning.maths.schedules import Adaptive
 from tests.olu_streams import mixed_stream, spec
 
 REL = 1e-12

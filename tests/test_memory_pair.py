@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from app.unlearning.base import ArrayRetained, CapacityExhausted, ForgetError, ModelSpec, NotDeletable, SpecError
-from app.unlearning.memory_pair import CurvatureMemory, MemoryPair, UncertifiedMemoryPair, example_digest
-from app.unlearning.noise import SeededNoise
+from app.unlearning.contract.errors import CapacityExhausted, ForgetError, NotDeletable, SpecError
+from app.unlearning.contract.spec import ModelSpec
+from app.unlearning.contract.unlearner import ArrayRetained
+from app.unlearning.families.memory_pair import CurvatureMemory, MemoryPair, UncertifiedMemoryPair, example_digest
+from app.unlearning.mechanism.noise import SeededNoise
 
 
 class ZeroNoise:

@@ -17,11 +17,12 @@ import math
 import numpy as np
 import pytest
 
-from app.unlearning.base import ArrayRetained, ModelSpec
-from app.unlearning.noise import SeededNoise
-from app.unlearning.passive import PassiveOLU
-from app.unlearning.replay import coupled_replay
-from app.unlearning.rewind import RewindToDelete
+from app.unlearning.contract.spec import ModelSpec
+from app.unlearning.contract.unlearner import ArrayRetained
+from app.unlearning.mechanism.noise import SeededNoise
+from app.unlearning.families.passive import PassiveOLU
+from app.unlearning.verification.replay import coupled_replay
+from app.unlearning.families.rewind import RewindToDelete
 from tests.helpers import create_model, examples, unit_rows, verify_receipt
 from tests.olu_streams import factory, mixed_stream, spec
 

@@ -11,11 +11,11 @@ import math
 import numpy as np
 import pytest
 
-from app.unlearning.base import SpecError
-from app.unlearning.passive import PassiveOLU
-from app.unlearning.restart import PassiveOLURestart
-from app.unlearning.replay import coupled_replay
-from app.unlearning.schedules import StronglyConvex
+from app.unlearning.contract.errors import SpecError
+from app.unlearning.families.passive import PassiveOLU
+from app.unlearning.families.restart import PassiveOLURestart
+from app.unlearning.verification.replay import coupled_replay
+from app.unlearning.maths.schedules import StronglyConvex
 from tests.olu_streams import factory, max_ratio, probe_stream, spec
 
 TOL = 1e-9

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from app.unlearning.base import NotDeletable, SpecError
-from app.unlearning.noise import SeededNoise
-from app.unlearning.passive import PassiveOLU, regularization_lambda
-from app.unlearning.replay import coupled_replay
+from app.unlearning.contract.errors import NotDeletable, SpecError
+from app.unlearning.mechanism.noise import SeededNoise
+from app.unlearning.families.passive import PassiveOLU, regularization_lambda
+from app.unlearning.verification.replay import coupled_replay
 from tests.olu_streams import factory, max_ratio, mixed_stream, probe_stream, spec, under_noised
 
 TOL = 1e-9

@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import app.unlearning.base as engine_base
-import app.unlearning.descent_to_delete as d2d_module
-import app.unlearning.rewind as rewind_module
+import app.unlearning.contract.unlearner as engine_base
+import app.unlearning.families.descent_to_delete as d2d_module
+import app.unlearning.families.rewind as rewind_module
 from app.config import Settings
 from app.errors import Problem
 from app.main import create_app
-from app.unlearning.noise import SeededNoise
+from app.unlearning.mechanism.noise import SeededNoise
 
 N, DIM, SECRET, LATER = 30, 3, 10, 3  # stream length, dimension, the differing record, records learned after
 
@@ -225,7 +225,7 @@ def test_later_learning_depends_on_a_forgotten_record_only_through_the_published
 
 def test_adaptive_deletability_is_decided_from_declared_numbers():
     """Whether a record may be forgotten must not depend on gradient norms (the forgotten records' included)."""
-    from app.unlearning.schedules import Adaptive
+    from app.unlearning.maths.schedules import Adaptive
 
     for capped, p0 in ((False, 0.5), (False, 50.0), (True, 0.5)):
         small, large = Adaptive(4.0, 1.0, p0, capped), Adaptive(4.0, 1.0, p0, capped)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from app.unlearning.base import ForgetError, SpecError
-from app.unlearning.noise import SeededNoise
-from app.unlearning.replay import coupled_replay
-from app.unlearning.restart import PassiveOLURestart
+from app.unlearning.contract.errors import ForgetError, SpecError
+from app.unlearning.mechanism.noise import SeededNoise
+from app.unlearning.verification.replay import coupled_replay
+from app.unlearning.families.restart import PassiveOLURestart
 from tests.olu_streams import factory, max_ratio, mixed_stream, probe_stream, spec, under_noised
 
 TOL = 1e-9

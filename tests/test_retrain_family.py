@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from app.unlearning.base import ArrayRetained, ForgetError, ModelSpec, SpecError
-from app.unlearning.retrain import RetrainOGD
+from app.unlearning.contract.errors import ForgetError, SpecError
+from app.unlearning.contract.spec import ModelSpec
+from app.unlearning.contract.unlearner import ArrayRetained
+from app.unlearning.families.retrain import RetrainOGD
 
 
 def spec(loss="logistic", **hp):

@@ -9,8 +9,8 @@ import pytest
 
 from app.registry import rho_from_epsilon_delta
 from app.unlearning import ALGORITHMS, ArrayRetained, ModelSpec, SeededNoise, SpecError
-from app.unlearning.losses import augment
-from app.unlearning.second_order import LOGISTIC_D3, SecondOrderOLU, cg, hessian_lipschitz
+from app.unlearning.maths.losses import augment
+from app.unlearning.families.second_order import LOGISTIC_D3, SecondOrderOLU, cg, hessian_lipschitz
 
 from .helpers import create_model, examples, unit_rows, verify_receipt
 
@@ -208,7 +208,7 @@ def test_hessian_lipschitz_bound_holds_on_random_points(loss):
 def test_huber_hessian_has_no_lipschitz_constant():
     """Huber's phi'' jumps from 1 to 0 at |r| = delta: Hessians (finite differences of the engine's own Huber gradient)
     at two points 2h apart on either side of the kink differ by ||x~||^2 whatever h, so no finite M exists."""
-    from app.unlearning.losses import make_loss
+    from app.unlearning.maths.losses import make_loss
     loss = make_loss("huber", 1.0, 1.0, 10.0, 0.0, {"huber_delta": 1.0})
     xa = np.array([0.6, 0.8, 1.0])
     u = xa / np.linalg.norm(xa)
@@ -232,7 +232,7 @@ def test_direct_and_cg_solves_agree():
     e = SecondOrderOLU(s)
     rng = np.random.default_rng(3)
     X, y = stream("logistic", 400, 60, seed=3)
-    from app.unlearning.second_order import _Data
+    from app.unlearning.families.second_order import _Data
     data = _Data(ArrayRetained(np.arange(1, 401), X, y), 4096)
     theta = rng.standard_normal(61) * 0.5
     hvp, dense = e.newton_system(theta, data, (), 400)
@@ -359,7 +359,7 @@ def algorithm_replay(cls, s, X, y, deletions, seed=0):
     """coupled_replay_data against the same algorithm on the masked stream (replay_event: its own K GD steps on what
     it retains, a Newton step with nothing to remove, the actual run's release); returns the published-state points
     and, per event, (pre-noise gap between the worlds, ||z'_ref - w*||, ||z' - w*||, certificate)."""
-    from app.unlearning.replay_data import coupled_replay_data
+    from app.unlearning.verification.replay_data import coupled_replay_data
     engines = []
 
     def make(noise):
@@ -445,7 +445,7 @@ def test_a_missed_solve_neither_refuses_nor_changes_the_certificate(monkeypatch)
     rho, grid, every detail: public quantities only), and the missed one releases the fallback point (K2 more GD
     steps on G), within the certified Delta_A of the exact ERM.  Negative control: the fallback without its K2 steps
     fails that check."""
-    from app.unlearning import second_order
+    from app.unlearning.families import second_order
     monkeypatch.setattr(second_order, "SOLVE_RTOL", 0.0)
     s = sspec("squared", l2=1.0, x_norm=1.0)
     n = 12

@@ -20,21 +20,21 @@ from hypothesis import given, settings, strategies as st
 from app.receipts import parameters_sha256
 from app.registry import build_spec, rho_from_epsilon_delta
 from app.unlearning import ArrayRetained, ModelSpec, SeededNoise, SpecError
-from app.unlearning.active import ActiveOLU
-from app.unlearning.descent_to_delete import DescentToDelete
-from app.unlearning.d2d_replay import d2d_replay
-from app.unlearning.discard import DiscardAndRestart
-from app.unlearning.dp_tree import OnlineDPTree, levels_for
-from app.unlearning.losses import MAX_CLASSES, augment, make_loss
-from app.unlearning.memory_pair import MemoryPair
-from app.unlearning.passive import PassiveOLU
-from app.unlearning.replay import coupled_replay
-from app.unlearning.replay_data import coupled_replay_data
-from app.unlearning.replay_data_sgd import coupled_sgd_replay
-from app.unlearning.restart import PassiveOLURestart
-from app.unlearning.retrain import RetrainOGD
-from app.unlearning.rewind import RewindToDelete
-from app.unlearning.second_order import SOFTMAX_D3, SecondOrderOLU
+from app.unlearning.families.active import ActiveOLU
+from app.unlearning.families.descent_to_delete import DescentToDelete
+from app.unlearning.verification.d2d_replay import d2d_replay
+from app.unlearning.families.discard import DiscardAndRestart
+from app.unlearning.families.dp_tree import OnlineDPTree, levels_for
+from app.unlearning.maths.losses import MAX_CLASSES, augment, make_loss
+from app.unlearning.families.memory_pair import MemoryPair
+from app.unlearning.families.passive import PassiveOLU
+from app.unlearning.verification.replay import coupled_replay
+from app.unlearning.verification.replay_data import coupled_replay_data
+from app.unlearning.verification.replay_data_sgd import coupled_sgd_replay
+from app.unlearning.families.restart import PassiveOLURestart
+from app.unlearning.families.retrain import RetrainOGD
+from app.unlearning.families.rewind import RewindToDelete
+from app.unlearning.families.second_order import SOFTMAX_D3, SecondOrderOLU
 from tests import test_second_order as tso
 from tests.olu_streams import PROBE, X_NORM, max_ratio, orthogonal, under_noised
 
@@ -694,7 +694,7 @@ def test_state_round_trip_keeps_the_matrix(algorithm):
 
 def test_passive_softmax_takes_the_numpy_loop(monkeypatch):
     """The compiled OGD kernel is scalar-score only: softmax learning never reaches it (routed by the loss)."""
-    from app.unlearning import fast
+    from app.unlearning.mechanism import fast
 
     def boom(*a, **k):
         raise AssertionError("the compiled kernel was called for softmax")

@@ -204,7 +204,7 @@ def _slowed(monkeypatch, cls, method: str, seconds: float = 2.5):
 
 
 def test_a_learn_over_the_deadline_is_refused_and_changes_nothing(deadline_server, monkeypatch):
-    from app.unlearning.passive import PassiveOLU
+    from app.unlearning.families.passive import PassiveOLU
 
     srv = deadline_server
     _, key = srv.new_tenant("deadline")
@@ -240,7 +240,7 @@ def test_a_retrain_over_the_deadline_is_refused_and_changes_nothing(deadline_ser
         X = unit_rows(8, 4, seed=6)
         assert c.post(f"/v1/models/{mid}/learn", json={"examples": examples(X)}).status_code == 200
         before = c.get(f"/v1/models/{mid}").json()
-        from app.unlearning.descent_to_delete import DescentToDelete
+        from app.unlearning.families.descent_to_delete import DescentToDelete
 
         restore = _slowed(monkeypatch, DescentToDelete, "retrain")
         r = c.post(f"/v1/models/{mid}/retrain")

@@ -26,7 +26,7 @@ What is checked, per receipt ``i`` (check names ``receipt[i].<check>``):
 * ``canonical``: the receipt has an RFC 8785 canonical form, and re-serialising the parsed canonical form
   gives the same bytes (so every verifier derives the same signed bytes and leaf from this receipt).
 * ``mechanism`` (receipts of the ``discrete_gaussian`` mechanism only): the grid is a positive power of two, the
-  rounding is named (``nearest_even``) and rho >= sensitivity^2 / (2 sigma^2) (app/unlearning/release.py).
+  rounding is named (``nearest_even``) and rho >= sensitivity^2 / (2 sigma^2) (app/unlearning/mechanism/release.py).
 * ``key``: ``key_id`` is a trusted key and, if the receipt has ``issued_at``, the key was valid then.
 * ``signature``: Ed25519 over the canonical JSON without ``signature`` and ``proof``.
 * ``checkpoint``: the checkpoint is signed by a trusted key valid at its timestamp and has the expected origin
@@ -131,7 +131,7 @@ def _int(v: Any) -> bool:
 
 
 def _discrete_mechanism_problem(mech: Mapping[str, Any]) -> str | None:
-    """What is wrong with a discrete_gaussian mechanism field (app/unlearning/release.py), or None: the grid is a
+    """What is wrong with a discrete_gaussian mechanism field (app/unlearning/mechanism/release.py), or None: the grid is a
     positive power of two, the rounding is named, and the stated rho covers sensitivity^2 / (2 sigma^2) (CKS20 Thm 14)."""
     grid, sigma, sens, rho = (mech.get(k) for k in ("grid", "sigma", "sensitivity", "rho"))
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -30,7 +30,7 @@ RecordId = Annotated[str, Field(min_length=1, max_length=256, pattern=NO_CONTROL
                                 description="The client's record id (no control characters).")]
 Scope = Literal["write", "predict", "audit"]
 LossName = Literal["logistic", "squared", "huber", "softmax"]
-MAX_CLASSES = 1000  # app/unlearning/losses.py MAX_CLASSES
+MAX_CLASSES = 1000  # app/unlearning/maths/losses.py MAX_CLASSES
 ClassName = Annotated[str, Field(min_length=1, max_length=200, pattern=NO_CONTROL,
                                  description="A declared class name of a softmax model.")]
 

@@ -108,7 +108,7 @@ class ModelGates:
     @contextmanager
     def hold(self, model_id: str, what: str) -> Iterator[Work]:
         """The model's gate for one write, waited for at most the deadline (then 503, nothing changed).  No
-        computation waits for a compiler (app/unlearning/fast.py), so the deadline holds from the first request."""
+        computation waits for a compiler (app/unlearning/mechanism/fast.py), so the deadline holds from the first request."""
         with self._mu:
             gate = self._gates.get(model_id)
             if gate is None:

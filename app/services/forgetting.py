@@ -15,7 +15,7 @@ from ..errors import Problem
 from ..features import FeatureError, dense_rows
 from ..ids import utcnow
 from ..registry import (loss_for, spec_from_json)
-from ..unlearning.calibration import require_finite_array
+from ..unlearning.mechanism.calibration import require_finite_array
 from ..unlearning import (ArrayRetained, CapacityExhausted, ForgetError, InputError, NotDeletable, validate_examples)
 from ..db.retained import SqlRetained
 from . import book

@@ -28,7 +28,7 @@ from ..errors import Problem
 from ..features import FeatureError, dense_rows
 from ..ids import id_pattern
 from ..registry import (ModelRegistry, published_bytes)
-from ..unlearning.base import NumericError
+from ..unlearning.contract.errors import NumericError
 from ..unlearning import (SpecError, Unlearner)
 from ..db.retained import ShortReadRetained
 from .concurrency import ATTEMPTS, ModelGates, Moved, conflict_problem

@@ -17,7 +17,7 @@ from ..receipts.canonical import parameters_sha256, signed_receipt_bytes
 from ..receipts.checkpoint import make_checkpoint, receipt_proof, tenant_origin
 from ..receipts.merkle import MerkleLog
 from ..unlearning import Certificate, Unlearner
-from ..unlearning.release import MECHANISM, ROUNDING
+from app.unlearning.mechanism.release import MECHANISM, ROUNDING
 from .ledger import CONVERSION, epsilon_spent
 
 
@@ -29,7 +29,7 @@ def guarantee_of(engine: Unlearner) -> dict[str, str]:
 def mechanism_fields(cert: Certificate) -> dict[str, Any]:
     """The receipt's ``mechanism``: type ("discrete_gaussian" or "exact"), sigma, sensitivity and rho, and for the
     discrete Gaussian the declared grid resolution g (published = g * integer before any projection) and the
-    rounding of the secret state onto it (app/unlearning/release.py).  A ``dp_from_start`` certificate (paid at
+    rounding of the secret state onto it (app/unlearning/mechanism/release.py).  A ``dp_from_start`` certificate (paid at
     creation) names the grid of the discrete Gaussian its releases used when it has one (sigma, sensitivity: the
     per-release figures)."""
     out: dict[str, Any] = {"type": cert.mechanism, "sigma": cert.sigma, "sensitivity": cert.sensitivity,

@@ -1,21 +1,21 @@
 """The engine: certified learner-unlearners, pure numpy.  ``ALGORITHMS`` maps a spec's algorithm name to its class."""
 from __future__ import annotations
 
-from .base import (ArrayRetained, CapacityExhausted, ForgetError, InputError, ModelSpec, NotDeletable, SpecError,
-                   Unlearner,
-                   validate_examples)
-from .certificate import Certificate
-from .noise import NoiseSource, SecureGaussianNoise, SeededNoise
-from .active import ActiveOLU
-from .descent_to_delete import DescentToDelete
-from .discard import DiscardAndRestart
-from .dp_tree import OnlineDPTree
-from .memory_pair import MemoryPair
-from .passive import PassiveOLU
-from .restart import PassiveOLURestart
-from .retrain import RetrainOGD
-from .rewind import RewindToDelete
-from .second_order import SecondOrderOLU
+from .contract.errors import CapacityExhausted, ForgetError, InputError, NotDeletable, SpecError
+from .contract.spec import ModelSpec
+from .contract.unlearner import ArrayRetained, Unlearner, validate_examples
+from .contract.certificate import Certificate
+from .mechanism.noise import NoiseSource, SecureGaussianNoise, SeededNoise
+from .families.active import ActiveOLU
+from .families.descent_to_delete import DescentToDelete
+from .families.discard import DiscardAndRestart
+from .families.dp_tree import OnlineDPTree
+from .families.memory_pair import MemoryPair
+from .families.passive import PassiveOLU
+from .families.restart import PassiveOLURestart
+from .families.retrain import RetrainOGD
+from .families.rewind import RewindToDelete
+from .families.second_order import SecondOrderOLU
 
 ALGORITHMS: dict[str, type[Unlearner]] = {
     cls.algorithm: cls for cls in (PassiveOLU, PassiveOLURestart, ActiveOLU, RetrainOGD, DescentToDelete, RewindToDelete,
@@ -33,7 +33,7 @@ def engine_class(algorithm: str) -> type[Unlearner]:
 def warm_kernels(background: bool = True) -> None:
     """Compile (or load from numba's cache) the compiled kernels: in a background thread (the service at start-up:
     requests take the numpy path meanwhile), or now (``olu warm``, the image build).  A no-op without numba."""
-    from . import fast, fast_dgauss
+    from .mechanism import fast, fast_dgauss
 
     for module in (fast, fast_dgauss):
         (module.warm_up_async if background else module.warm_up)()
@@ -42,7 +42,7 @@ def warm_kernels(background: bool = True) -> None:
 def kernels_status() -> str:
     """"ok" once the compiled kernels are loaded, "compiling" while the numpy path serves, "off" without numba
     (OLU_NUMBA=0 or not importable: the numpy path always), "failed" if the compilation ended without them."""
-    from . import fast, fast_dgauss
+    from .mechanism import fast, fast_dgauss
 
     if not (fast.available() or fast_dgauss.available()):
         return "off"

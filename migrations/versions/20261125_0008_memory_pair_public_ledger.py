@@ -27,8 +27,8 @@ WITHDRAWN = ("S_N", "gamma_capacity", "gamma_capacity_left")
 
 
 def upgrade() -> None:
-    from app.unlearning.base import ModelSpec
-    from app.unlearning.memory_pair import MemoryPair
+    from app.unlearning.contract.spec import ModelSpec
+    from app.unlearning.families.memory_pair import MemoryPair
 
     models = sa.table("models", sa.column("id", sa.String), sa.column("algorithm", sa.String),
                       sa.column("spec_json", sa.Text), sa.column("ledger_json", sa.Text))

@@ -13,123 +13,11 @@ from typing import Any, ClassVar, Collection, Iterator, Mapping, Protocol, Seque
 
 import numpy as np
 
-from . import budget as wb
+from ..maths import work_budget as wb
+from ..mechanism.noise import NoiseSource, SecureGaussianNoise
 from .certificate import Certificate
-from .noise import NoiseSource, SecureGaussianNoise
-
-# Inputs may exceed a declared bound by this relative amount (float round-off of a client that
-# normalised its vectors); the public constants are computed with the bound inflated by the same
-# factor, so every certified constant stays true.
-BOUND_TOLERANCE = 1e-9
-# Hyperparameters every family takes (issue 21): the retained-record cap of the families whose work grows with the
-# records they keep, and the most examples one learn request / records one forget request may name; the service
-# fills them in at creation from its work budget where they bind (app/registry.py); the engine enforces them
-# (learn_capacity, learn_batch_limit, forget).
-LIMIT_KEYS = ("max_records", "max_learn_batch", "max_forget_batch")
-
-
-def normalize_limits(limits: Mapping[str, Any]) -> dict[str, Any]:
-    """``max_records`` / ``max_forget_batch``: absent, null or an integer >= 1."""
-    out: dict[str, Any] = {}
-    for key, v in limits.items():
-        if v is None:
-            continue
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= int(v) <= 10**12:
-            raise SpecError(f"{key} must be an integer in [1, 10^12]", fields=(f"hyperparameters.{key}",))
-        out[key] = int(v)
-    return out
-
-
-class SpecError(ValueError):
-    """The model specification or its hyperparameters are invalid.
-
-    ``fields`` names the spec fields involved as API paths (``bounds.x_norm``, ``hyperparameters.eta``), most
-    likely culprit first, when the engine knows them; the service turns them into the field and accepted range
-    of its 422 problem."""
-
-    def __init__(self, message: str, *, fields: Sequence[str] = ()):
-        super().__init__(message)
-        self.fields = tuple(fields)
-        # set by the service's field search (registry.build_spec): the field to change and its accepted range
-        self.field: str | None = None
-        self.accepted: tuple[float, float] | None = None
-
-
-class NumericError(ArithmeticError):
-    """A computation left the finite float range (it would publish or store a non-finite number).
-
-    Creation-time ``check_calibration`` is meant to make this unreachable; it is the runtime guard behind it:
-    the service answers a problem and changes nothing instead of publishing null weights."""
-
-
-class UnderNoisedSpec(SpecError):
-    """Settings under which the family's certificate is known to be false (measured under-noised, or a forget that
-    could only be decided from unpublished data; issue 14).  Refused at creation; a model stored before the
-    refusal still loads, learns and predicts, but refuses every forget (``NotDeletable``) instead of signing
-    a false certificate.  ``hp`` holds the normalised hyperparameters."""
-
-    def __init__(self, message: str, hp: Mapping[str, Any]):
-        super().__init__(message)
-        self.hp = dict(hp)
-
-
-class InputError(ValueError):
-    """Examples violate the declared bounds (wrong shape, non-finite, out of bounds)."""
-
-    def __init__(self, message: str, *, index: int | None = None, code: str = "out-of-bounds-input"):
-        super().__init__(message)
-        self.index = index
-        self.code = code
-
-
-class CapacityExhausted(RuntimeError):
-    """The model cannot certify another deletion; it needs an exact retrain."""
-
-
-class ForgetError(ValueError):
-    """A forget request names steps the engine cannot forget (never learned, already forgotten)."""
-
-
-class NotDeletable(ForgetError):
-    """The record was learned at a step the certified analysis does not cover (pitfall P3: an expansive early
-    step of an uncapped schedule).  Nothing was changed; the model needs a restart or an exact retrain."""
-
-    def __init__(self, message: str, *, steps: Sequence[int] = ()):
-        super().__init__(message)
-        self.steps = tuple(int(s) for s in steps)
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Immutable, public description of a model.  Everything the engine certifies derives from it."""
-
-    algorithm: str
-    loss: str
-    dim: int
-    x_norm: float
-    y_abs: float
-    domain_radius: float
-    l2: float
-    epsilon: float
-    delta: float
-    rho: float  # zCDP budget the (epsilon, delta) target was calibrated to (app.privacy)
-    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
-    # the feature-dictionary spec (app/features.py) or None for dense inputs: used by the service to encode
-    # dictionaries into dense vectors before the engine sees them; engines never read it
-    features: Mapping[str, Any] | None = None
-    # loss "softmax" only: the number of classes K, and optionally their names (labels are indices 0..K-1)
-    n_classes: int = 0
-    classes: tuple[str, ...] | None = None
-
-    @property
-    def n_params(self) -> int:
-        """Length of the flattened parameter vector: d + 1, or K (d + 1) for softmax (losses.py)."""
-        return (self.dim + 1) * (self.n_classes if self.loss == "softmax" else 1)
-
-    def with_hyperparameters(self, hp: Mapping[str, Any]) -> "ModelSpec":
-        return ModelSpec(**{**self.__dict__, "hyperparameters": dict(hp)})
+from .errors import ForgetError, InputError
+from .spec import BOUND_TOLERANCE, LIMIT_KEYS, ModelSpec, normalize_limits
 
 
 class RetainedData(Protocol):
@@ -246,8 +134,8 @@ class Unlearner(ABC):
         """Refuse (``SpecError`` naming the fields) a spec for which any calibration the model may ever need
         -- loss constants, step sizes, the sigma of the last certifiable deletion, iteration counts, the squared
         norms its updates form -- would be non-finite, or zero where it divides.  Families evaluate their own
-        calibration at its worst case (app/unlearning/calibration.py); this default covers the loss constants."""
-        from .calibration import Checks, common_checks, construct  # calibration imports this module
+        calibration at its worst case (app/unlearning/mechanism/calibration.py); this default covers the loss constants."""
+        from ..mechanism.calibration import Checks, common_checks, construct
 
         checks = Checks(cls.algorithm)
         engine = construct(cls, spec)
@@ -340,7 +228,7 @@ class Unlearner(ABC):
 
     @classmethod
     def cost(cls, spec: ModelSpec, batch: int) -> "wb.Cost":
-        """The worst case of one request (app/unlearning/budget.py), from the normalised spec alone: ``batch`` is
+        """The worst case of one request (app/unlearning/maths/work_budget.py), from the normalised spec alone: ``batch`` is
         the largest learn request; a family that keeps records reads its cap from ``max_records``.  This default
         is the one-pass online learner: one projected OGD step per example, a Gaussian release per forget."""
         p = spec.n_params
@@ -355,7 +243,7 @@ class Unlearner(ABC):
     def declare_loss(self, hp: Mapping[str, Any], extra_mu: float = 0.0) -> None:
         """Set ``loss`` and its public constants L, beta, mu from the declared bounds (never from data);
         ``extra_mu`` adds a surrogate's own regulariser (000 Thm 3.4)."""
-        from .losses import make_loss  # losses imports this module
+        from ..maths.losses import make_loss
 
         spec = self.spec
         self.loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2 + extra_mu, hp,
@@ -409,12 +297,3 @@ def validate_examples(spec: ModelSpec, loss: Any, X: Any, y: Any) -> tuple[np.nd
         i = int(np.flatnonzero(over)[0])
         raise InputError(f"example {i} has feature norm {norms[i]:.6g} above the declared bound x_norm={spec.x_norm}", index=i)
     return X, loss.normalize_labels(y)
-
-
-def log_product(values: np.ndarray) -> float:
-    with np.errstate(divide="ignore"):
-        return float(np.sum(np.log(values)))
-
-
-def isclose_or_less(a: float, b: float) -> bool:
-    return a <= b or math.isclose(a, b, rel_tol=1e-12)

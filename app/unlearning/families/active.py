@@ -18,7 +18,7 @@ a_i = gamma^{I_i} * Gamma_OGD(u, tau) * eta_u * L (pitfall P12; I_i the number o
 sigma_i = sqrt(omega i^omega / (2 (omega - 1) rho)) * a_i, so the per-deletion Renyi charge is
 rho (omega - 1)/(omega i^omega) and the cumulative charge never exceeds rho: (alpha, alpha*rho)-OLU.
 
-Discrete noise and round-off (issue 14; app/unlearning/release.py): the noise is the discrete Gaussian on a grid
+Discrete noise and round-off (issue 14; app/unlearning/mechanism/release.py): the noise is the discrete Gaussian on a grid
 g (a_i' = a_i + g sqrt(d + 1), sigma_i' = sigma_i a_i'/a_i, rho_i unchanged), and a_i is at least the float64
 round-off the OGD, GD and noise steps since u can add to the gap of two coupled runs (``roundoff_floor``).
 
@@ -52,18 +52,19 @@ from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
-from . import budget as wb
-from . import release
-from .base import ModelSpec, RetainedData, SpecError, Unlearner
-from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
-                          require_release_feasible, update_norm_bound)
-from .certificate import Certificate
-from .domain import project_l2_ball
-from .losses import augment
-from .noise import NoiseSource
+from ..maths import work_budget as wb
+from ..mechanism import release
+from ..contract.errors import SpecError
+from ..contract.spec import ModelSpec
+from ..contract.unlearner import RetainedData, Unlearner
+from ..mechanism.calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks, require_release_feasible, update_norm_bound)
+from ..contract.certificate import Certificate
+from ..maths.domain import project_l2_ball
+from ..maths.losses import augment
+from ..mechanism.noise import NoiseSource
 from .passive import GUARANTEE_WORDS
 from .retrain import CHUNK_SIZE, OGDIterate, check_forget_steps, ogd_recompute
-from .schedules import CappedStronglyConvex, Schedule
+from ..maths.schedules import CappedStronglyConvex, Schedule
 
 SCHEDULES = ("strongly_convex_capped",)
 VARIANTS = ("single", "two_phase")

@@ -17,7 +17,7 @@ result plus fresh Gaussian noise (Algorithm 3).  The published draw is cached un
   paper's, not covered by its formal proof; ``selection="single"`` keeps one copy and avoids it, at the price of
   the accuracy guarantee holding only in expectation).
 
-Publication (issue 14; app/unlearning/release.py): the mean is rounded to a grid g and released with discrete
+Publication (issue 14; app/unlearning/mechanism/release.py): the mean is rounded to a grid g and released with discrete
 Gaussian noise (Delta' = Delta + g sqrt(d), sigma' = sigma Delta'/Delta); Delta is at least the float64 round-off
 floor 2 e/(1 - gamma) of the projected GD steps (``roundoff_floor``).
 
@@ -34,24 +34,17 @@ from typing import Any
 
 import numpy as np
 
-from . import budget as wb
-from . import d2d_math as dm
-from . import release
-from .base import (
-    ArrayRetained,
-    CapacityExhausted,
-    ForgetError,
-    ModelSpec,
-    RetainedData,
-    SpecError,
-    Unlearner,
-)
-from .calibration import (N_MAX, CalibrationError, Checks, common_checks, construct, noise_norm_bound,
-                          release_checks, update_norm_bound)
-from .certificate import Certificate
-from .domain import project_l2_ball
-from .losses import Loss, augment, make_loss
-from .noise import NoiseSource
+from ..maths import work_budget as wb
+from ..maths import d2d_constants as dm
+from ..mechanism import release
+from ..contract.errors import CapacityExhausted, ForgetError, SpecError
+from ..contract.spec import ModelSpec
+from ..contract.unlearner import ArrayRetained, RetainedData, Unlearner
+from ..mechanism.calibration import (N_MAX, CalibrationError, Checks, common_checks, construct, noise_norm_bound, release_checks, update_norm_bound)
+from ..contract.certificate import Certificate
+from ..maths.domain import project_l2_ball
+from ..maths.losses import Loss, augment, make_loss
+from ..mechanism.noise import NoiseSource
 
 SECRET_MIN_DEFAULT_ITERATIONS, SECRET_MAX_DEFAULT_ITERATIONS = 25, 2000
 

@@ -21,10 +21,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .base import ModelSpec, RetainedData, Unlearner
-from .calibration import Checks
-from .certificate import Certificate
-from .noise import NoiseSource
+from ..contract.spec import ModelSpec
+from ..contract.unlearner import RetainedData, Unlearner
+from ..mechanism.calibration import Checks
+from ..contract.certificate import Certificate
+from ..mechanism.noise import NoiseSource
 from .passive import _COMMON_KEYS, PassiveOLU, regularization_lambda, _SCHEDULE_KEYS
 
 DISCARD_WORDS = (

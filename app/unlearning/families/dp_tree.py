@@ -15,7 +15,7 @@ gradient sum is released once with its own noise; G^_t is the sum of the release
 decomposition of t (one per set bit of t, popcount(t) nodes), so G^_t - G_t has covariance popcount(t) sigma'^2 I.
 Cost O(d log T) per step, O(d) per forget.
 
-Discrete noise (issue 14 item 1; app/unlearning/release.py).  Every node is released through the exact discrete
+Discrete noise (issue 14 item 1; app/unlearning/mechanism/release.py).  Every node is released through the exact discrete
 Gaussian on a public power-of-two grid g = release.grid_resolution(L, d + 1, L T) (L T bounds |node sum|, so node
 sums stay below ~2^53 grid units):
     leaf      r_t = round(g_t / g)  (nearest, ties to even; an int64 vector, clipped in exact integers to
@@ -101,15 +101,17 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .base import CapacityExhausted, ForgetError, InputError, ModelSpec, RetainedData, SpecError, Unlearner
-from . import budget as wb
-from . import release
-from .calibration import Checks, common_checks, construct
-from .certificate import Certificate
-from .domain import project_l2_ball
-from .fast_dgauss import sigma_for_fast_path
-from .losses import augment
-from .noise import NoiseSource
+from ..contract.errors import CapacityExhausted, ForgetError, InputError, SpecError
+from ..contract.spec import ModelSpec
+from ..contract.unlearner import RetainedData, Unlearner
+from ..maths import work_budget as wb
+from ..mechanism import release
+from ..mechanism.calibration import Checks, common_checks, construct
+from ..contract.certificate import Certificate
+from ..maths.domain import project_l2_ball
+from ..mechanism.fast_dgauss import sigma_for_fast_path
+from ..maths.losses import augment
+from ..mechanism.noise import NoiseSource
 from .passive import _number, _positive_int
 
 GROUP_PRIVACY = ("proposition_1", "gaussian_group")

@@ -34,7 +34,7 @@ Deletion (Alg. "Memory Pair Deletion"), corrected:
     the observed ||d||;
   * noise: sigma = Delta / sqrt(2 rho_step), rho_step = rho_tot / m (uniform split over the capacity m),
     theta <- Pi_K(g (round((theta + d)/g) + k)), k ~ N_Z(0, (sigma'/g)^2): the discrete Gaussian on a grid g
-    (app/unlearning/release.py; Delta' = Delta + g sqrt(p), sigma' = sigma Delta'/Delta, rho_step unchanged), with
+    (app/unlearning/mechanism/release.py; Delta' = Delta + g sqrt(p), sigma' = sigma Delta'/Delta, rho_step unchanged), with
     Delta at least the float64 round-off floor of the steps since u (``roundoff_floor``);
   * odometer: rho_spent += rho_step; a deletion that would exceed rho_tot is refused (CapacityExhausted) and
     status becomes "retrain_required" once no further step fits; retrain(retained) starts a new epoch;
@@ -76,16 +76,16 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from . import budget as wb
-from . import release
-from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
-                   Unlearner, validate_examples)
-from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
-                          update_norm_bound)
-from .certificate import Certificate
-from .domain import project_l2_ball
-from .losses import augment
-from .noise import NoiseSource
+from ..maths import work_budget as wb
+from ..mechanism import release
+from ..contract.errors import CapacityExhausted, ForgetError, NotDeletable, SpecError, UnderNoisedSpec
+from ..contract.spec import ModelSpec
+from ..contract.unlearner import RetainedData, Unlearner, validate_examples
+from ..mechanism.calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks, update_norm_bound)
+from ..contract.certificate import Certificate
+from ..maths.domain import project_l2_ball
+from ..maths.losses import augment
+from ..mechanism.noise import NoiseSource
 
 STEPS = ("strongly_convex", "adagrad")
 DELETION_FEATURES = ("retained", "client")
@@ -363,7 +363,7 @@ class MemoryPair(Unlearner):
                 "1.25 Delta away from the replay without the record (bench/memory_pair_replay.py), so its "
                 "certificate would be false; use a number in (0, 1] (default 1e-3)", hp)
         if hp["burn_in"] != "auto":
-            from .losses import make_loss  # losses imports base; the public constants of the declared loss
+            from ..maths.losses import make_loss  # losses imports base; the public constants of the declared loss
 
             loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp, spec.n_classes)
             least = math.ceil(loss.smoothness / loss.mu)

@@ -12,7 +12,7 @@ of the per-step contractions after u).  The i-th deletion adds N(0, sigma_i^2 I)
 
 Either way the published sequence is (alpha, alpha*rho)-OLU for every alpha > 1.
 
-Discrete noise and round-off (issue 14; app/unlearning/release.py).  The noise is the discrete Gaussian on a grid
+Discrete noise and round-off (issue 14; app/unlearning/mechanism/release.py).  The noise is the discrete Gaussian on a grid
 g (a power of two from the public a_i and d): theta <- Pi_K(g (round(theta/g) + k)), k ~ N_Z(0, (sigma_i'/g)^2),
 with lattice sensitivity a_i' = a_i + g sqrt(d + 1) and sigma_i' = sigma_i a_i'/a_i, so rho_i = a_i^2/(2 sigma_i^2)
 is unchanged (CKS20 Thm 14).  a_i is max(Delta_u Gamma(u, tau), floor), floor = the float64 round-off two coupled
@@ -56,16 +56,16 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from . import fast, fast_dgauss, release
-from .base import (CapacityExhausted, ForgetError, ModelSpec, NotDeletable, RetainedData, SpecError, UnderNoisedSpec,
-                   Unlearner)
-from .calibration import (N_MAX, SIGMA_GRID_MAX, Checks, common_checks, construct, noise_norm_bound,
-                          release_checks, release_ratio_bound, require_release_feasible, update_norm_bound)
-from .certificate import Certificate
-from .domain import project_l2_ball
-from .losses import augment, make_loss
-from .noise import NoiseSource, SecureGaussianNoise
-from .schedules import Adaptive, CappedStronglyConvex, ConstantStep, Schedule, StronglyConvex
+from ..mechanism import fast, fast_dgauss, release
+from ..contract.errors import CapacityExhausted, ForgetError, NotDeletable, SpecError, UnderNoisedSpec
+from ..contract.spec import ModelSpec
+from ..contract.unlearner import RetainedData, Unlearner
+from ..mechanism.calibration import (N_MAX, SIGMA_GRID_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks, release_ratio_bound, require_release_feasible, update_norm_bound)
+from ..contract.certificate import Certificate
+from ..maths.domain import project_l2_ball
+from ..maths.losses import augment, make_loss
+from ..mechanism.noise import NoiseSource, SecureGaussianNoise
+from ..maths.schedules import Adaptive, CappedStronglyConvex, ConstantStep, Schedule, StronglyConvex
 
 SCHEDULES = ("strongly_convex_capped", "strongly_convex", "convex_constant", "regularized_convex", "adaptive")
 ALLOCATIONS = ("omega_series", "uniform")
@@ -406,7 +406,7 @@ class PassiveOLU(Unlearner):
         theta, R = self.theta, self.spec.domain_radius
         adaptive = isinstance(self.schedule, Adaptive)
         if len(y) and not adaptive and self.eta_script is None and fast.supported(self.schedule, self.loss):
-            # the same OGD recursion in one compiled loop (app/unlearning/fast.py); eta_t as in schedules.py
+            # the same OGD recursion in one compiled loop (app/unlearning/mechanism/fast.py); eta_t as in schedules.py
             theta = theta.copy()
             self.last_eta = fast.ogd_steps(theta, X, y, self.t - self.epoch_start, self.schedule, self.loss, R)
             self.t += len(y)

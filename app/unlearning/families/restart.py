@@ -29,11 +29,13 @@ import math
 from typing import Any, Mapping, Sequence
 
 
-from .calibration import N_MAX
-from .base import ModelSpec, RetainedData, SpecError
-from .certificate import Certificate
-from .domain import project_l2_ball
-from .noise import NoiseSource
+from ..mechanism.calibration import N_MAX
+from ..contract.errors import SpecError
+from ..contract.spec import ModelSpec
+from ..contract.unlearner import RetainedData
+from ..contract.certificate import Certificate
+from ..maths.domain import project_l2_ball
+from ..mechanism.noise import NoiseSource
 from .passive import GUARANTEE_WORDS, PassiveOLU, _number
 
 ADAPTIVE_NOTE = (

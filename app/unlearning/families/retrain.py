@@ -13,14 +13,16 @@ from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
-from . import budget as wb
-from .base import ForgetError, ModelSpec, RetainedData, SpecError, Unlearner
-from .calibration import Checks, common_checks, construct, update_norm_bound
-from .certificate import Certificate
-from .domain import project_l2_ball
-from .losses import Loss, augment
-from .noise import NoiseSource
-from .schedules import CappedStronglyConvex, Schedule
+from ..maths import work_budget as wb
+from ..contract.errors import ForgetError, SpecError
+from ..contract.spec import ModelSpec
+from ..contract.unlearner import RetainedData, Unlearner
+from ..mechanism.calibration import Checks, common_checks, construct, update_norm_bound
+from ..contract.certificate import Certificate
+from ..maths.domain import project_l2_ball
+from ..maths.losses import Loss, augment
+from ..mechanism.noise import NoiseSource
+from ..maths.schedules import CappedStronglyConvex, Schedule
 
 SCHEDULES = ("strongly_convex_capped",)
 CHUNK_SIZE = 4096

@@ -34,7 +34,7 @@ retrain on its training records minus the forgotten ones (issue 21): certificate
 capacity > 0 that has spent it refuses (CapacityExhausted) until ``retrain``, which opens an epoch whose forgets are
 certified again, or exact retrains if its capacity is 0.
 
-Release (issue 14; app/unlearning/release.py): theta rounded to a grid g plus discrete Gaussian noise on the tail
+Release (issue 14; app/unlearning/mechanism/release.py): theta rounded to a grid g plus discrete Gaussian noise on the tail
 sensitivity (raised to the float64 round-off floor of T SGD steps when below it, ``roundoff_floor``); the
 certificate's sigma and sensitivity are the lattice ones (tail' = tail + g sqrt(d), sigma' = sigma tail'/tail).
 
@@ -59,22 +59,16 @@ from typing import Any, Protocol
 import numpy as np
 from scipy.special import log_ndtr
 
-from .base import (
-    CapacityExhausted,
-    ForgetError,
-    ModelSpec,
-    RetainedData,
-    SpecError,
-    Unlearner,
-)
-from . import budget as wb
-from . import release
-from .calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
-                          update_norm_bound)
-from .certificate import Certificate
-from .domain import project_l2_ball
-from .losses import augment, make_loss
-from .noise import NoiseSource
+from ..contract.errors import CapacityExhausted, ForgetError, SpecError
+from ..contract.spec import ModelSpec
+from ..contract.unlearner import RetainedData, Unlearner
+from ..maths import work_budget as wb
+from ..mechanism import release
+from ..mechanism.calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks, update_norm_bound)
+from ..contract.certificate import Certificate
+from ..maths.domain import project_l2_ball
+from ..maths.losses import augment, make_loss
+from ..mechanism.noise import NoiseSource
 
 VARIANTS = ("rewind", "descend")
 REGIMES = ("strongly_convex", "convex", "nonconvex")

@@ -36,25 +36,19 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import budget as wb
-from . import release
+from ..maths import work_budget as wb
+from ..mechanism import release
 from .active import OmegaSeriesCharges, normalize_descent_hyperparameters
-from .base import ModelSpec, RetainedData, SpecError, Unlearner
-from .calibration import (
-    N_MAX,
-    Checks,
-    common_checks,
-    construct,
-    noise_norm_bound,
-    release_checks,
-    require_release_feasible,
-)
-from .certificate import Certificate
-from .domain import project_l2_ball
-from .losses import augment
-from .noise import NoiseSource
+from ..contract.errors import SpecError
+from ..contract.spec import ModelSpec
+from ..contract.unlearner import RetainedData, Unlearner
+from ..mechanism.calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks, require_release_feasible)
+from ..contract.certificate import Certificate
+from ..maths.domain import project_l2_ball
+from ..maths.losses import augment
+from ..mechanism.noise import NoiseSource
 from .retrain import CHUNK_SIZE, OGDIterate, check_forget_steps, ogd_recompute
-from .schedules import CappedStronglyConvex, Schedule
+from ..maths.schedules import CappedStronglyConvex, Schedule
 
 SOLVERS = ("auto", "direct", "cg")
 DEFAULT_GD_TOLERANCE = 0.01

@@ -41,7 +41,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .base import BOUND_TOLERANCE, InputError, SpecError
+from ..contract.errors import InputError, SpecError
+from ..contract.spec import BOUND_TOLERANCE
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from .base import CapacityExhausted, SpecError
+from ..contract.errors import CapacityExhausted, SpecError
 from .release import GRID_FACTOR
 
 N_MAX = 2**53
@@ -162,7 +162,7 @@ def require_finite_array(values, what: str) -> None:
     """Runtime guard: refuse to publish or store a non-finite number."""
     import numpy as np
 
-    from .base import NumericError
+    from ..contract.errors import NumericError
 
     if not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
         raise NumericError(f"{what} would not be finite")

@@ -30,9 +30,9 @@ import threading
 
 import numpy as np
 
-from .domain import project_l2_ball
-from .losses import Loss
-from .schedules import CappedStronglyConvex, ConstantStep, Schedule, StronglyConvex
+from ..maths.domain import project_l2_ball
+from ..maths.losses import Loss
+from ..maths.schedules import CappedStronglyConvex, ConstantStep, Schedule, StronglyConvex
 
 LOSS_CODES = {"logistic": 0, "squared": 1, "huber": 2}
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import d2d_math as dm
-from . import fast, release
-from .base import ArrayRetained
-from .descent_to_delete import DatasetView, DescentToDelete
-from .domain import project_l2_ball
-from .noise import SeededNoise
+from ..maths import d2d_constants as dm
+from ..mechanism import fast, release
+from ..contract.unlearner import ArrayRetained
+from ..families.descent_to_delete import DatasetView, DescentToDelete
+from ..maths.domain import project_l2_ball
+from ..mechanism.noise import SeededNoise
 
 
 class RecordingNoise:

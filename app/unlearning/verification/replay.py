@@ -20,10 +20,10 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .base import Unlearner
-from .certificate import Certificate
-from .noise import SeededNoise
-from .release import MECHANISM
+from ..contract.unlearner import Unlearner
+from ..contract.certificate import Certificate
+from ..mechanism.noise import SeededNoise
+from ..mechanism.release import MECHANISM
 
 
 @dataclass(frozen=True)

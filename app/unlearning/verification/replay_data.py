@@ -19,9 +19,9 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .base import ArrayRetained, Unlearner
-from .certificate import Certificate
-from .noise import SeededNoise
+from ..contract.unlearner import ArrayRetained, Unlearner
+from ..contract.certificate import Certificate
+from ..mechanism.noise import SeededNoise
 from .replay import ReplayPoint
 
 EngineFactory = Callable[[SeededNoise], Unlearner]

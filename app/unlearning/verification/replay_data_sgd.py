@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import ArrayRetained, Unlearner
+from ..contract.unlearner import ArrayRetained, Unlearner
 
 
 class ScriptedSampler:
