@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import minimize
 
 from app.unlearning.families.active import ActiveOLU
 from app.unlearning.contract.spec import ModelSpec
@@ -49,9 +48,9 @@ from app.unlearning.families.retrain import RetrainOGD
 from app.unlearning.families.second_order import SecondOrderOLU
 
 from . import regret_table1 as table1
-from .regret_table1 import schedule  # the deletion events, shared with Table 1
+from .regret_common import MU, RADIUS, comparators, schedule, scoring_loss  # shared with Table 1
 
-MU, RADIUS, RHO, EPSILON, DELTA = 0.01, 12.0, 0.01747, 1.0, 1e-6
+RHO, EPSILON, DELTA = 0.01747, 1.0, 1e-6
 KS = (0, 10, 100)
 SEEDS = 3
 OUT = Path(__file__).resolve().parent.parent / "docs"
@@ -87,8 +86,7 @@ def run(engine, X, y, events) -> tuple[np.ndarray, list]:
     ev = dict(events)
     losses = np.empty(T)
     certs = []
-    # every family is scored with the same loss (the declared l2 = MU), whatever surrogate it trains on
-    scoring = PassiveOLU(make_spec("passive_olu", X.shape[1])).loss
+    scoring = scoring_loss(X.shape[1])  # the same loss for every family, whatever surrogate it trains on
     for t in range(1, T + 1):
         theta = engine.published()
         losses[t - 1] = scoring.losses(theta, Xa[t - 1 : t], y[t - 1 : t])[0]
@@ -100,32 +98,6 @@ def run(engine, X, y, events) -> tuple[np.ndarray, list]:
             certs += engine.forget([u], retained)
             alive[u - 1] = False
     return losses, certs
-
-
-def comparators(X, y, events) -> np.ndarray:
-    """Per-step comparator losses f_t(z*_i) for the OLU regret."""
-    T, d = X.shape
-    Xa = augment(X)
-    loss = PassiveOLU(make_spec("passive_olu", d)).loss
-    w = np.ones(T)
-    bounds = [0] + [tau for tau, _ in events] + [T]
-    theta = np.zeros(d + 1)
-    comp = np.empty(T)
-    for i in range(len(events) + 1):
-        if i > 0:
-            w[events[i - 1][1] - 1] = 0.0
-
-        def F(th, w=w):
-            s = Xa @ th
-            val = np.sum(w * (np.logaddexp(0.0, s) - y * s)) + 0.5 * MU * w.sum() * th @ th
-            r = w * (0.5 * (1.0 + np.tanh(0.5 * s)) - y)
-            return val, Xa.T @ r + MU * w.sum() * th
-
-        theta = minimize(F, theta, jac=True, method="L-BFGS-B", options={"gtol": 1e-10, "maxiter": 5000}).x
-        assert np.linalg.norm(theta) <= RADIUS
-        lo, hi = bounds[i], bounds[i + 1]
-        comp[lo:hi] = loss.losses(theta, Xa[lo:hi], y[lo:hi])
-    return comp
 
 
 # each maker takes (dim, noise seed, horizon T, number of deletions k): the schedules that need T or k get them

@@ -53,8 +53,9 @@ from app.unlearning.maths.losses import augment
 from app.unlearning.mechanism.noise import SeededNoise
 
 from .common import projected_time
+from .regret_common import MU, RADIUS, comparators, schedule
 
-MU, RADIUS, EPSILON, DELTA = 0.01, 12.0, 1.0, 1e-6
+EPSILON, DELTA = 1.0, 1e-6
 RHO = rho_from_epsilon_delta(EPSILON, DELTA, conversion="cks20")  # what the service charges (app/registry.py)
 SIZES, QUICK_SIZES = (1_000, 10_000, 100_000), (1_000, 10_000)
 KS = (10, 100)
@@ -151,17 +152,6 @@ def make_spec(algorithm: str, dim: int, hp: dict) -> ModelSpec:
 
 def make_engine(fam: Family, dim: int, T: int, k: int, seed: int = SEED):
     return ALGORITHMS[fam.algorithm](make_spec(fam.algorithm, dim, fam.hp(T, k)), SeededNoise(seed))
-
-
-def schedule(T: int, k: int) -> list[tuple[int, int]]:
-    """k deletion events (tau_i, u_i): at tau_i = round(i T/(k+1)), forget the middle record u_i of block i
-    (both tables of bench.regret)."""
-    taus = [round(i * T / (k + 1)) for i in range(1, k + 1)]
-    out, prev = [], 0
-    for tau in taus:
-        out.append((tau, prev + math.ceil((tau - prev) / 2)))
-        prev = tau
-    return out
 
 
 def scored_losses(P: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -268,15 +258,6 @@ class Row:
     def cost_slope(self) -> float:
         Ts = sorted(self.cells)
         return slope(Ts, [self.cells[T].cost_s for T in Ts])
-
-
-def comparators(X, y, events) -> np.ndarray:
-    from .regret import MU as MU1
-    from .regret import RADIUS as R1
-    from .regret import comparators as comp1
-
-    assert (MU1, R1) == (MU, RADIUS)
-    return comp1(X, y, events)
 
 
 def measure(fam: Family, X, y, events, T: int, k: int, comp: np.ndarray, seeds: int = 1) -> Cell:

@@ -248,13 +248,13 @@ def test_secure_discrete_release_is_the_python_release_for_the_same_key(monkeypa
     draws and the rounding in one compiled call (fast_dgauss.secure_discrete_release): for the same os.urandom key
     every output is bit-identical to the Python route's (grid_resolution, sigma_for_fast_path, the pure sampler,
     fast.grid_noise_step)."""
-    from app.unlearning.mechanism import fast_dgauss
+    from app.unlearning.mechanism import dgauss_kernel, fast_dgauss
     from app.unlearning.mechanism.noise import SecureGaussianNoise
     if not fast_dgauss.available():
         pytest.skip("numba not available")
     fast_dgauss.warm_up()
-    assert fast_dgauss._GRID_FACTOR == release.GRID_FACTOR
-    assert fast_dgauss._P_MAX_K == fast_dgauss._P_MAX and fast_dgauss._TQ_MAX_K == fast_dgauss._TQ_MAX
+    assert dgauss_kernel._GRID_FACTOR == release.GRID_FACTOR
+    assert dgauss_kernel._P_MAX_K == fast_dgauss._P_MAX and dgauss_kernel._TQ_MAX_K == fast_dgauss._TQ_MAX
     rng = np.random.default_rng(14)
     compiled = []
     kernel = fast_dgauss._compiled_discrete_release

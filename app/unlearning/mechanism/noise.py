@@ -374,12 +374,15 @@ def sample_discrete_gaussian(sigma: float, size: int, rand: RandomBits) -> np.nd
     exact rational Fraction(sigma)^2 and every decision is an integer comparison of uniform draws from ``rand``.
     Raises ValueError for sigma not finite and > 0, OverflowError if a draw does not fit in int64.
     """
-    return _fast_sample(sigma, size, rand)
+    return _sampler(sigma, size, rand)
 
 
-def _fast_sample(sigma, size, rand):
-    """Binds fast_dgauss.sample on first use (fast_dgauss imports this module)."""
-    global _fast_sample
-    from .fast_dgauss import sample
-    _fast_sample = sample
-    return sample(sigma, size, rand)
+_sampler = sample_discrete_gaussian_pure  # replaced by fast_dgauss.sample when fast_dgauss is imported
+
+
+def use_sampler(sample) -> None:
+    """Route ``sample_discrete_gaussian`` through ``sample`` (fast_dgauss.sample registers itself at import: it
+    returns the pure path's draws, bit for bit, compiled where it can).  This module never imports fast_dgauss, which
+    stands above it."""
+    global _sampler
+    _sampler = sample
