@@ -23,9 +23,9 @@ from .privacy import rho_from_epsilon_delta
 from .privacy.ledger import BudgetExhausted, LedgerState
 from .privacy.modes import accounting_from_params
 from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, warm_kernels
-from app.unlearning.maths.work_budget import FORGET_BATCH, Budget, Cost
-from app.unlearning.mechanism.calibration import ALL_FIELDS, N_MAX, require_finite_array
-from app.unlearning.maths.losses import MAX_CLASSES, make_loss
+from .unlearning.maths.losses import MAX_CLASSES, make_loss
+from .unlearning.maths.work_budget import FORGET_BATCH, Budget, Cost
+from .unlearning.mechanism.calibration import ALL_FIELDS, N_MAX, require_finite_array
 
 CONVERSION = "cks20"
 

@@ -14,7 +14,8 @@ import time
 import numpy as np
 
 from app.unlearning import ArrayRetained, ModelSpec
-from app.unlearning.families.second_order import SecondOrderOLU, _Data, cg
+from app.unlearning.families.second_order import SecondOrderOLU
+from app.unlearning.families.second_order_numerics import _Data, cg
 
 
 def _engine(d: int, solver: str, l2: float) -> SecondOrderOLU:

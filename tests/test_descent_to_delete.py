@@ -13,7 +13,8 @@ from app.unlearning.contract.errors import CapacityExhausted, ForgetError, SpecE
 from app.unlearning.contract.spec import ModelSpec
 from app.unlearning.contract.unlearner import ArrayRetained
 from app.unlearning.verification.d2d_replay import d2d_replay
-from app.unlearning.families.descent_to_delete import DatasetView, DescentToDelete, reservoir_update
+from app.unlearning.families.descent_to_delete import DescentToDelete
+from app.unlearning.families.descent_to_delete_data import DatasetView, reservoir_update
 from app.unlearning.maths.losses import make_loss
 from app.unlearning.mechanism.noise import SeededNoise
 

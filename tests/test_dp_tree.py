@@ -12,7 +12,8 @@ from app.unlearning import ALGORITHMS
 from app.unlearning.contract.errors import CapacityExhausted, ForgetError, InputError, SpecError
 from app.unlearning.contract.spec import ModelSpec
 from app.unlearning.maths.domain import project_l2_ball
-from app.unlearning.families.dp_tree import OnlineDPTree, decomposition, group_factor, levels_for
+from app.unlearning.families.dp_tree import OnlineDPTree
+from app.unlearning.families.dp_tree_aggregation import decomposition, group_factor, levels_for
 from app.unlearning.maths.losses import augment
 from app.unlearning.mechanism.noise import SeededNoise
 from app.unlearning.mechanism.release import MECHANISM, grid_resolution, on_grid

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.features import (HASH, SEED, FeatureError, FeatureSpecError, bucket, dense_rows, featurize,
-                          featurize_many, normalize_spec)
+from app.features import (HASH, SEED, FeatureError, FeatureSpecError, bucket, dense_rows, featurize, featurize_many,
+                          normalize_spec)
 from app.unlearning.families.active import ActiveOLU
 from app.unlearning.contract.spec import ModelSpec
 from app.unlearning.contract.unlearner import validate_examples

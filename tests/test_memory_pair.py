@@ -10,7 +10,8 @@ from hypothesis import given, strategies as st
 from app.unlearning.contract.errors import CapacityExhausted, ForgetError, NotDeletable, SpecError
 from app.unlearning.contract.spec import ModelSpec
 from app.unlearning.contract.unlearner import ArrayRetained
-from app.unlearning.families.memory_pair import CurvatureMemory, MemoryPair, UncertifiedMemoryPair, example_digest
+from app.unlearning.families.memory_pair import MemoryPair, UncertifiedMemoryPair, example_digest
+from app.unlearning.families.memory_pair_curvature import CurvatureMemory
 from app.unlearning.mechanism.noise import SeededNoise
 
 

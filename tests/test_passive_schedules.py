@@ -9,7 +9,8 @@ from hypothesis import given, strategies as st
 
 from app.unlearning.contract.errors import NotDeletable, SpecError
 from app.unlearning.mechanism.noise import SeededNoise
-from app.unlearning.families.passive import PassiveOLU, regularization_lambda
+from app.unlearning.families.passive import PassiveOLU
+from app.unlearning.families.passive_calibration import regularization_lambda
 from app.unlearning.verification.replay import coupled_replay
 from tests.olu_streams import factory, max_ratio, mixed_stream, probe_stream, spec, under_noised
 

@@ -13,8 +13,11 @@ from app.unlearning.contract.spec import BOUND_TOLERANCE, ModelSpec
 from app.unlearning.contract.unlearner import ArrayRetained
 from app.unlearning.maths.losses import augment
 from app.unlearning.mechanism.noise import SeededNoise
-from app.unlearning.verification.replay_data_sgd import (ScriptedNoise, ScriptedSampler, SeededSampler, coupled_sgd_replay)
-from app.unlearning.families.rewind import (RewindToDelete, SecureBatchSampler, analytic_gaussian_sigma, d2d_sigma, d2d_sigma_printed, gaussian_sigma, psgd_r2d_sigma, sgd_r2d_sigma)
+from app.unlearning.verification.replay_data_sgd import (ScriptedNoise, ScriptedSampler, SeededSampler,
+                                                         coupled_sgd_replay)
+from app.unlearning.families.rewind import RewindToDelete, SecureBatchSampler
+from app.unlearning.families.rewind_calibration import (analytic_gaussian_sigma, d2d_sigma, d2d_sigma_printed,
+                                                        gaussian_sigma, psgd_r2d_sigma, sgd_r2d_sigma)
 
 
 def make_spec(hp=None, *, loss="logistic", dim=4, x_norm=1.0, R=4.0, l2=0.01, eps=0.5, delta=1e-5):

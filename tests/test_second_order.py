@@ -10,7 +10,8 @@ import pytest
 from app.registry import rho_from_epsilon_delta
 from app.unlearning import ALGORITHMS, ArrayRetained, ModelSpec, SeededNoise, SpecError
 from app.unlearning.maths.losses import augment
-from app.unlearning.families.second_order import LOGISTIC_D3, SecondOrderOLU, cg, hessian_lipschitz
+from app.unlearning.families.second_order import SecondOrderOLU
+from app.unlearning.families.second_order_numerics import LOGISTIC_D3, cg, hessian_lipschitz
 
 from .helpers import create_model, examples, unit_rows, verify_receipt
 
@@ -232,7 +233,7 @@ def test_direct_and_cg_solves_agree():
     e = SecondOrderOLU(s)
     rng = np.random.default_rng(3)
     X, y = stream("logistic", 400, 60, seed=3)
-    from app.unlearning.families.second_order import _Data
+    from app.unlearning.families.second_order_numerics import _Data
     data = _Data(ArrayRetained(np.arange(1, 401), X, y), 4096)
     theta = rng.standard_normal(61) * 0.5
     hvp, dense = e.newton_system(theta, data, (), 400)

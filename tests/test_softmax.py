@@ -24,7 +24,8 @@ from app.unlearning.families.active import ActiveOLU
 from app.unlearning.families.descent_to_delete import DescentToDelete
 from app.unlearning.verification.d2d_replay import d2d_replay
 from app.unlearning.families.discard import DiscardAndRestart
-from app.unlearning.families.dp_tree import OnlineDPTree, levels_for
+from app.unlearning.families.dp_tree import OnlineDPTree
+from app.unlearning.families.dp_tree_aggregation import levels_for
 from app.unlearning.maths.losses import MAX_CLASSES, augment, make_loss
 from app.unlearning.families.memory_pair import MemoryPair
 from app.unlearning.families.passive import PassiveOLU
@@ -34,7 +35,8 @@ from app.unlearning.verification.replay_data_sgd import coupled_sgd_replay
 from app.unlearning.families.restart import PassiveOLURestart
 from app.unlearning.families.retrain import RetrainOGD
 from app.unlearning.families.rewind import RewindToDelete
-from app.unlearning.families.second_order import SOFTMAX_D3, SecondOrderOLU
+from app.unlearning.families.second_order import SecondOrderOLU
+from app.unlearning.families.second_order_numerics import SOFTMAX_D3
 from tests import test_second_order as tso
 from tests.olu_streams import PROBE, X_NORM, max_ratio, orthogonal, under_noised
 

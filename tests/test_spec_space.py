@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from app.config import Settings
 from app.main import create_app
 from app.unlearning import ALGORITHMS, DescentToDelete
-from app.unlearning.families.passive import SCHEDULES
+from app.unlearning.families.passive_calibration import SCHEDULES
 
 TINY, HUGE = 5e-324, sys.float_info.max
 EXTREMES = [5e-324, 1e-320, sys.float_info.min, 1e-300, 1e-150, 1.0, 1e150, 1e300, 1e308, HUGE]

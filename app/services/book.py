@@ -14,7 +14,7 @@ from ..errors import Problem
 from ..privacy.ledger import BudgetExhausted, ChargeMismatch, LedgerState
 from ..privacy.modes import accounting_from_params
 from ..unlearning import Certificate, Unlearner
-from app.unlearning.mechanism.release import MECHANISM
+from ..unlearning.mechanism.release import MECHANISM
 
 log = logging.getLogger("olu.ledger")
 Book = dict[str, Any]  # {"params": accounting params, "state": LedgerState.as_dict()}

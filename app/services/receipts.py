@@ -17,7 +17,7 @@ from ..receipts.canonical import parameters_sha256, signed_receipt_bytes
 from ..receipts.checkpoint import make_checkpoint, receipt_proof, tenant_origin
 from ..receipts.merkle import MerkleLog
 from ..unlearning import Certificate, Unlearner
-from app.unlearning.mechanism.release import MECHANISM, ROUNDING
+from ..unlearning.mechanism.release import MECHANISM, ROUNDING
 from .ledger import CONVERSION, epsilon_spent
 
 

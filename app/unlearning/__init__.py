@@ -1,11 +1,10 @@
 """The engine: certified learner-unlearners, pure numpy.  ``ALGORITHMS`` maps a spec's algorithm name to its class."""
 from __future__ import annotations
 
+from .contract.certificate import Certificate
 from .contract.errors import CapacityExhausted, ForgetError, InputError, NotDeletable, SpecError
 from .contract.spec import ModelSpec
 from .contract.unlearner import ArrayRetained, Unlearner, validate_examples
-from .contract.certificate import Certificate
-from .mechanism.noise import NoiseSource, SecureGaussianNoise, SeededNoise
 from .families.active import ActiveOLU
 from .families.descent_to_delete import DescentToDelete
 from .families.discard import DiscardAndRestart
@@ -16,6 +15,7 @@ from .families.restart import PassiveOLURestart
 from .families.retrain import RetrainOGD
 from .families.rewind import RewindToDelete
 from .families.second_order import SecondOrderOLU
+from .mechanism.noise import NoiseSource, SecureGaussianNoise, SeededNoise
 
 ALGORITHMS: dict[str, type[Unlearner]] = {
     cls.algorithm: cls for cls in (PassiveOLU, PassiveOLURestart, ActiveOLU, RetrainOGD, DescentToDelete, RewindToDelete,

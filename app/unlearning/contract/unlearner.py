@@ -6,9 +6,7 @@ The engine is pure numpy: no I/O, no web framework, no SQL.  The service talks t
 from __future__ import annotations
 
 import functools
-import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Collection, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np

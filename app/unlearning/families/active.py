@@ -52,61 +52,27 @@ from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
-from ..maths import work_budget as wb
-from ..mechanism import release
+from ..contract.certificate import Certificate
 from ..contract.errors import SpecError
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData, Unlearner
-from ..mechanism.calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks, require_release_feasible, update_norm_bound)
-from ..contract.certificate import Certificate
+from ..maths import work_budget as wb
 from ..maths.domain import project_l2_ball
 from ..maths.losses import augment
+from ..maths.schedules import CappedStronglyConvex, Schedule
+from ..mechanism import release
+from ..mechanism.calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks,
+                                     require_release_feasible, update_norm_bound)
 from ..mechanism.noise import NoiseSource
 from .passive import GUARANTEE_WORDS
+from .retained_descent import OmegaSeriesCharges, normalize_descent_hyperparameters
 from .retrain import CHUNK_SIZE, OGDIterate, check_forget_steps, ogd_recompute
-from ..maths.schedules import CappedStronglyConvex, Schedule
 
-SCHEDULES = ("strongly_convex_capped",)
 VARIANTS = ("single", "two_phase")
-DEFAULT_MAX_GD_STEPS = 2000
 
 
-def normalize_descent_hyperparameters(hp: dict[str, Any]) -> None:
-    """Defaults and checks shared by the families that descend on retained data at a deletion (active_olu,
-    second_order_olu): the strongly convex capped OGD schedule, the omega series and the GD step cap."""
-    hp.setdefault("schedule", "strongly_convex_capped")
-    if hp["schedule"] not in SCHEDULES:
-        raise SpecError(f"schedule must be one of {', '.join(SCHEDULES)}")
-    hp.setdefault("omega", 1.2)
-    try:
-        omega = float(hp["omega"])
-    except (TypeError, ValueError):
-        raise SpecError("omega must be a number > 1") from None
-    if not (omega > 1.0 and math.isfinite(omega)):
-        raise SpecError("omega must be a number > 1")
-    hp["omega"] = omega
-    hp.setdefault("max_gd_steps", DEFAULT_MAX_GD_STEPS)
-    m = hp["max_gd_steps"]
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 0 <= int(m) <= 1_000_000:
-        raise SpecError("max_gd_steps must be an integer in [0, 1000000]")
-    hp["max_gd_steps"] = int(m)
 # Materialise the retained set for the GD phase only while it stays below this many floats (else re-stream).
 CACHE_FLOATS = 4_000_000
-
-
-class OmegaSeriesCharges:
-    """The omega-series noise and charge of the families that descend on retained data at a deletion (active_olu,
-    second_order_olu); needs ``self.omega`` and ``self.spec.rho``."""
-
-    def noise_multiplier(self, i: int) -> float:
-        """sqrt(omega i^omega / (2 (omega - 1) rho)): 000 Alg. 2 line 13 (with omega i^omega, P12)."""
-        w = self.omega
-        return math.sqrt(w * i**w / (2.0 * (w - 1.0) * self.spec.rho))
-
-    def charge(self, i: int) -> float:
-        """The omega-series charge a_i^2/(2 sigma_i^2) = rho (omega - 1)/(omega i^omega)."""
-        w = self.omega
-        return self.spec.rho * (w - 1.0) / (w * i**w)
 
 
 class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):

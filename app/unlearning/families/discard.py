@@ -21,12 +21,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..contract.certificate import Certificate
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData, Unlearner
 from ..mechanism.calibration import Checks
-from ..contract.certificate import Certificate
 from ..mechanism.noise import NoiseSource
-from .passive import _COMMON_KEYS, PassiveOLU, regularization_lambda, _SCHEDULE_KEYS
+from .passive import PassiveOLU
+from .passive_calibration import _COMMON_KEYS, _SCHEDULE_KEYS, regularization_lambda
 
 DISCARD_WORDS = (
     "Every deletion discards the whole model and starts again from the same fixed initial state: what the model "

@@ -76,131 +76,16 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from ..maths import work_budget as wb
-from ..mechanism import release
-from ..contract.errors import CapacityExhausted, ForgetError, NotDeletable, SpecError, UnderNoisedSpec
-from ..contract.spec import ModelSpec
-from ..contract.unlearner import RetainedData, Unlearner, validate_examples
-from ..mechanism.calibration import (N_MAX, Checks, common_checks, construct, noise_norm_bound, release_checks, update_norm_bound)
 from ..contract.certificate import Certificate
+from ..contract.errors import CapacityExhausted, ForgetError, NotDeletable, UnderNoisedSpec
+from ..contract.spec import ModelSpec
+from ..contract.unlearner import RetainedData, validate_examples
 from ..maths.domain import project_l2_ball
 from ..maths.losses import augment
+from ..mechanism import release
 from ..mechanism.noise import NoiseSource
-
-STEPS = ("strongly_convex", "adagrad")
-DELETION_FEATURES = ("retained", "client")
-REMOVALS = ("loo", "full")
-_HP = {"memory", "initial_curvature", "burn_in", "step", "capacity", "deletion_features", "inference_gate", "gamma",
-       "delta_b", "removal", "huber_delta"}
-
-
-class CurvatureMemory:
-    """B = lam I + M, M the direct BFGS recursion over the stored data-term pairs from M0 = m0 I.
-
-    The pairs are kept oldest first in fixed-size arrays (``S``, ``R``: memory x p) with a count, so they
-    round-trip through ``state()`` as plain float64 arrays.
-    """
-
-    def __init__(self, lam: float, curvature_bound: float, memory: int, p: int, m0_fraction: float | None = 1e-3):
-        self.lam = float(lam)
-        self.m0_fraction = None if m0_fraction is None else float(m0_fraction)
-        self.kappa = float(curvature_bound)  # beta - lam: smoothness of the data term
-        self.memory = int(memory)
-        self.S = np.zeros((memory, p))
-        self.R = np.zeros((memory, p))
-        self.count = 0
-        self.skipped = 0
-        self._factor: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
-
-    # ---- pairs ---------------------------------------------------------------------------------
-    def acceptable(self, s: np.ndarray, r: np.ndarray) -> bool:
-        ss = float(s @ s)
-        sr = float(s @ r)
-        if not (ss > 0.0 and math.isfinite(sr)):
-            return False
-        if sr <= 1e-10 * self.kappa * ss:  # curvature of the data term must be positive (draft Lemma 9.1)
-            return False
-        return float(r @ r) <= self.kappa * sr * (1.0 + 1e-9)  # co-coercivity: ||r||^2 <= kappa r.s
-
-    def add(self, s: np.ndarray, r: np.ndarray) -> bool:
-        if not self.acceptable(s, r):
-            self.skipped += 1
-            return False
-        if self.count == self.memory:
-            self.S[:-1] = self.S[1:]
-            self.R[:-1] = self.R[1:]
-            self.count -= 1
-        self.S[self.count] = s
-        self.R[self.count] = r
-        self.count += 1
-        self._factor = None
-        return True
-
-    def clear(self) -> None:
-        self.S[:] = 0.0
-        self.R[:] = 0.0
-        self.count = 0
-        self._factor = None
-
-    # ---- the operator --------------------------------------------------------------------------------
-    def initial_scaling(self) -> float:
-        """m0 of M0 = m0 I: kappa with no pairs (nothing known: the most conservative step); otherwise
-        ``m0_fraction * kappa``, or with m0_fraction = None the Shanno-Phua r.r / s.r of the newest pair.
-
-        In directions no stored pair has explored, the only curvature known for sure is lam; a small m0 keeps
-        B close to lam I there (the plain strongly convex OGD step).  Shanno-Phua puts the newest example's
-        curvature into *every* direction: the learner is slower and early records' influence decays slowly (the
-        public bound Delta was exceeded for the first records in bench/memory_pair_replay.py), but its
-        influence structure matches the removal step.  docs/memory_pair.md has the numbers.
-        """
-        if self.count == 0:
-            return self.kappa
-        if self.m0_fraction is None:
-            s, r = self.S[self.count - 1], self.R[self.count - 1]
-            return min(self.kappa, max(1e-12 * self.kappa, float(r @ r) / float(s @ r)))
-        return self.m0_fraction * self.kappa
-
-    def _factorize(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        if self._factor is not None:
-            return self._factor
-        m0 = self.initial_scaling()
-        a = self.lam + m0
-        k = self.count
-        p = self.S.shape[1]
-        if k == 0:
-            self._factor = (a, np.zeros((p, 0)), np.zeros(0), np.zeros((0, 0)))
-            return self._factor
-        # Unrolled BFGS: M_i = M_{i-1} - (M_{i-1}s)(M_{i-1}s)^T / s^T M_{i-1} s + r r^T / r^T s.
-        A = np.zeros((p, k))  # normalised M_{i-1} s_i
-        Bv = np.zeros((p, k))  # normalised r_i
-        for i in range(k):
-            s, r = self.S[i], self.R[i]
-            Ms = m0 * s - A[:, :i] @ (A[:, :i].T @ s) + Bv[:, :i] @ (Bv[:, :i].T @ s)
-            sMs = float(s @ Ms)
-            A[:, i] = Ms / math.sqrt(sMs) if sMs > 0 else 0.0
-            Bv[:, i] = r / math.sqrt(float(r @ s))
-        U = np.hstack([A, Bv])
-        signs = np.concatenate([-np.ones(k), np.ones(k)])
-        Q, Ru = np.linalg.qr(U, mode="reduced")
-        core = a * np.eye(Q.shape[1]) + (Ru * signs) @ Ru.T  # B restricted to range(Q)
-        evals, evecs = np.linalg.eigh(0.5 * (core + core.T))
-        evals = np.maximum(evals, self.lam)  # B >= lam I holds in exact arithmetic; keep it in floating point
-        self._factor = (a, Q, evals, evecs)
-        return self._factor
-
-    def inverse_apply(self, v: np.ndarray) -> np.ndarray:
-        """B^-1 v."""
-        a, Q, evals, evecs = self._factorize()
-        if Q.shape[1] == 0:
-            return v / a
-        qv = Q.T @ v
-        inside = Q @ (evecs @ ((evecs.T @ qv) / evals))
-        return (v - Q @ qv) / a + inside
-
-    def inverse_matrix(self) -> np.ndarray:
-        """Dense B^-1 (tests and audits on small dimensions)."""
-        p = self.S.shape[1]
-        return np.column_stack([self.inverse_apply(e) for e in np.eye(p)])
+from .memory_pair_calibration import MemoryPairCalibration
+from .memory_pair_curvature import CurvatureMemory
 
 
 def example_digest(x: np.ndarray, y: float) -> str:
@@ -216,7 +101,7 @@ def example_digest(x: np.ndarray, y: float) -> str:
     return h.hexdigest()
 
 
-class MemoryPair(Unlearner):
+class MemoryPair(MemoryPairCalibration):
     algorithm = "memory_pair"
     accounting = "capacity"
     # Class-level value is the conservative "may need data"; every instance shadows it with its own answer
@@ -266,146 +151,8 @@ class MemoryPair(Unlearner):
         self.deletions_total = 0
         self.epoch = 0
 
-    # ---- work and memory (issue 21) ----------------------------------------------------------------
-    @classmethod
-    def keeps_records(cls, spec: ModelSpec) -> bool:
-        return spec.hyperparameters.get("deletion_features", "retained") == "retained"
-
-    @classmethod
-    def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
-        """One quasi-Newton step per learned example: two gradients and the factorisation of B over m = memory
-        pairs (the unrolled BFGS recursion, 4 m^2 p, a QR of p x 2m and an eigendecomposition of 2m x 2m) and its
-        inverse product; a forget is one removal step and a release (its factor is rebuilt once); retrain relearns
-        the N = max_records kept records (data-keeping mode only)."""
-        p, m = spec.n_params, int(spec.hyperparameters.get("memory", 10))
-        step = (wb.STEP * (6 + 2 * m) + (4.0 * m * m + 6.0 * m + 20.0) * p * wb.FLOP
-                + (8.0 * m * m * p + 30.0 * m**3) * wb.DENSE_FLOP)
-        N = int(spec.hyperparameters.get("max_records") or batch) if cls.keeps_records(spec) else 0
-        return wb.Cost(learn=batch * step, forget=step + wb.release(p), forget_each=step + wb.release(p),
-                       retrain=wb.read(N, p) + 2.0 * N * step,  # measured: a retrain's step ~1.7x a learn's
-                       array_bytes=wb.F64 * 2.0 * m * p,
-                       learn_fields=("dim", "hyperparameters.memory"), forget_fields=("dim", "hyperparameters.memory"),
-                       memory_fields=("dim", "hyperparameters.memory"))
-
     def records_held(self) -> int | None:
         return self.t - self.deletions_total if self.needs_retained_data else None
-
-    # ---- hyperparameters -------------------------------------------------------------------------
-    @classmethod
-    def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
-        hp = dict(spec.hyperparameters)
-        if spec.loss == "softmax":
-            # the loss meets the learner's assumptions (convex, beta-smooth data term, L-bounded gradients;
-            # losses.py), but the certificate rests on no proof: its replay gap <= Delta was measured on scalar-score
-            # losses only (bench/memory_pair_replay.py); unmeasured for softmax, so it is not offered
-            raise SpecError("memory_pair does not serve loss softmax: its deletion certificate is not proven but "
-                            "measured (replay gap within Delta, bench/memory_pair_replay.py), and only for the "
-                            "scalar-score losses; use passive_olu, active_olu or another family for softmax",
-                            fields=("loss",))
-        unknown = set(hp) - _HP
-        if unknown:
-            raise SpecError(f"unknown hyperparameters for {cls.algorithm}: {', '.join(sorted(unknown))}")
-        hp.setdefault("memory", 10)
-        hp.setdefault("initial_curvature", 1e-3)
-        hp.setdefault("burn_in", "auto")
-        b = hp["burn_in"]
-        if b != "auto" and (isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 0 <= int(b) <= 10**9):
-            raise SpecError('burn_in must be "auto" or an integer >= 0')
-        if b != "auto":
-            hp["burn_in"] = int(b)
-        hp.setdefault("step", "strongly_convex")
-        hp.setdefault("capacity", 32)
-        hp.setdefault("deletion_features", "retained")
-        hp.setdefault("inference_gate", False)
-        hp.setdefault("gamma", 0.5)
-        hp.setdefault("delta_b", 0.05)
-        hp.setdefault("removal", "loo")
-        for name in ("memory", "capacity"):
-            v = hp[name]
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= int(v) <= 10_000:
-                raise SpecError(f"{name} must be an integer in 1..10000")
-            hp[name] = int(v)
-        if hp["step"] not in STEPS:
-            raise SpecError(f"step must be one of {', '.join(STEPS)}")
-        if hp["deletion_features"] not in DELETION_FEATURES:
-            raise SpecError(f"deletion_features must be one of {', '.join(DELETION_FEATURES)}")
-        if hp["removal"] not in REMOVALS:
-            raise SpecError(f"removal must be one of {', '.join(REMOVALS)}")
-        if not isinstance(hp["inference_gate"], bool):
-            raise SpecError("inference_gate must be true or false")
-        checks = [("gamma", 0.0, math.inf), ("delta_b", 0.0, 1.0)]
-        if hp["initial_curvature"] != "shanno_phua":
-            checks.append(("initial_curvature", 0.0, 1.0 + 1e-12))
-        for name, lo, hi in checks:
-            try:
-                v = float(hp[name])
-            except (TypeError, ValueError):
-                raise SpecError(f"{name} must be a number") from None
-            if not (lo < v < hi):
-                raise SpecError(f"{name} must be in ({lo}, {hi})")
-            hp[name] = v
-        if spec.loss == "huber":
-            hp.setdefault("huber_delta", 1.0)
-        if not spec.l2 > 0:
-            raise SpecError("memory_pair needs l2 > 0 (strong convexity lam = l2 bounds ||B^-1|| <= 1/lam)")
-        if not spec.rho > 0:
-            raise SpecError("memory_pair needs a positive zCDP budget rho")
-        if cls.refuse_uncertified:
-            cls._refuse_under_noised(spec, hp)
-        return hp
-
-    @classmethod
-    def _refuse_under_noised(cls, spec: ModelSpec, hp: Mapping[str, Any]) -> None:
-        """Refuse the settings whose certificate the project measured false (docs/memory_pair.md, replay gap)."""
-        if hp["initial_curvature"] == "shanno_phua":
-            raise UnderNoisedSpec(
-                'initial_curvature = "shanno_phua" is refused: with it the corrected model was measured up to '
-                "1.25 Delta away from the replay without the record (bench/memory_pair_replay.py), so its "
-                "certificate would be false; use a number in (0, 1] (default 1e-3)", hp)
-        if hp["burn_in"] != "auto":
-            from ..maths.losses import make_loss  # losses imports base; the public constants of the declared loss
-
-            loss = make_loss(spec.loss, spec.x_norm, spec.y_abs, spec.domain_radius, spec.l2, hp, spec.n_classes)
-            least = math.ceil(loss.smoothness / loss.mu)
-            if hp["burn_in"] < least:
-                raise UnderNoisedSpec(
-                    f"burn_in = {hp['burn_in']} is refused: below ceil(beta/lam) = {least} the corrected model was "
-                    "measured farther than Delta from the replay without the record (half that length: 1.19 Delta; "
-                    "burn_in = 0, the draft's learner: 1.88 Delta; bench/memory_pair_replay.py), so its certificate "
-                    f"would be false; use \"auto\" or an integer >= {least}", hp)
-
-    @classmethod
-    def check_calibration(cls, spec: ModelSpec) -> None:
-        """The worst case of the draft's insertion and deletion: the step L/lam (||lam B^-1|| <= 1, eta <= 1/lam),
-        the curvature products (beta D)^2 of the pair test, sigma_step at n = 2 (the largest: removal scale 1),
-        the norm of theta + d + sigma xi, and every number the ledger publishes (capacity, N_gamma(m))."""
-        checks = Checks(cls.algorithm)
-        eng = construct(cls, spec)
-        R, eps = spec.domain_radius, ("privacy.epsilon", "privacy.delta")
-        common_checks(checks, eng.loss, spec)
-        checks.finite("rho_step", lambda: eng.rho_step, *eps, positive=True)
-        infl = checks.squared("L/lam", lambda: eng.L / eng.lam, "l2", "bounds.x_norm", "domain_radius")
-        checks.squared("beta D", eng.beta * eng.D, "bounds.x_norm", "domain_radius")
-        checks.finite("burn_in", lambda: math.ceil(eng.beta / eng.lam), "bounds.x_norm", "l2")
-        checks.squared("C", lambda: eng.curvature_bounds()[1], "bounds.x_norm")
-        checks.squared("update_norm", update_norm_bound(R, infl), "domain_radius", "l2")
-        sigma = checks.squared("sigma_step(2)", lambda: eng.sigma_step(2), *eps, "l2", "bounds.x_norm")
-        checks.squared("noise_norm", noise_norm_bound(R + infl, sigma, eng.p), *eps, "domain_radius", "l2")
-        # the discrete release of every deletion (release.py): sigma/Delta = 1/sqrt(2 rho_step) for each of the
-        # capacity's deletions; sigma'/g must keep the exact sampler's int64 draws from overflowing
-        release_checks(checks, 1.0 / math.sqrt(2.0 * eng.rho_step), eng.p, *eps, "hyperparameters.capacity")
-        # the ledger it publishes after every learn and forget, fresh and at the longest stream (N = N_MAX
-        # inserts): gamma now feeds only the public N_gamma(m) (sample_complexity, the inference gate), whose
-        # bisection starts at (a/gamma)^2 -- a tiny gamma overflows it; a huge one makes N_gamma = 2 (finite)
-        gam = ("hyperparameters.gamma",) if "gamma" in spec.hyperparameters else ()
-        for n, s_grad in ((0, 0.0), (N_MAX, N_MAX * eng.L**2)):
-            eng.n_inserts = eng.n_active = n
-            eng.S_grad = s_grad
-            published = checks.call(f"ledger(N={n})", lambda: {**eng.ledger(), **eng.constants()}, *gam, *eps,
-                                    "bounds.x_norm", "l2")
-            for k, v in published.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    checks.finite(f"ledger {k} (N={n})", v, *gam, *eps, "bounds.x_norm", "l2", "domain_radius")
 
     # ---- state --------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -28,15 +28,15 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-
-from ..mechanism.calibration import N_MAX
+from ..contract.certificate import Certificate
 from ..contract.errors import SpecError
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData
-from ..contract.certificate import Certificate
 from ..maths.domain import project_l2_ball
+from ..mechanism.calibration import N_MAX
 from ..mechanism.noise import NoiseSource
-from .passive import GUARANTEE_WORDS, PassiveOLU, _number
+from .passive import GUARANTEE_WORDS, PassiveOLU
+from .passive_calibration import _number
 
 ADAPTIVE_NOTE = (
     "The adaptive step sizes depend on the norms of the training gradients; they are never published (each "

@@ -13,16 +13,16 @@ from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
-from ..maths import work_budget as wb
+from ..contract.certificate import Certificate
 from ..contract.errors import ForgetError, SpecError
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData, Unlearner
-from ..mechanism.calibration import Checks, common_checks, construct, update_norm_bound
-from ..contract.certificate import Certificate
+from ..maths import work_budget as wb
 from ..maths.domain import project_l2_ball
 from ..maths.losses import Loss, augment
-from ..mechanism.noise import NoiseSource
 from ..maths.schedules import CappedStronglyConvex, Schedule
+from ..mechanism.calibration import Checks, common_checks, construct, update_norm_bound
+from ..mechanism.noise import NoiseSource
 
 SCHEDULES = ("strongly_convex_capped",)
 CHUNK_SIZE = 4096

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..maths import d2d_constants as dm
-from ..mechanism import fast, release
 from ..contract.unlearner import ArrayRetained
-from ..families.descent_to_delete import DatasetView, DescentToDelete
+from ..families.descent_to_delete import DescentToDelete
+from ..families.descent_to_delete_data import DatasetView
+from ..maths import d2d_constants as dm
 from ..maths.domain import project_l2_ball
+from ..mechanism import fast, release
 from ..mechanism.noise import SeededNoise
 
 

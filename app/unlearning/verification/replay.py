@@ -20,8 +20,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..contract.unlearner import Unlearner
 from ..contract.certificate import Certificate
+from ..contract.unlearner import Unlearner
 from ..mechanism.noise import SeededNoise
 from ..mechanism.release import MECHANISM
 

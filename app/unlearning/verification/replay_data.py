@@ -19,8 +19,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..contract.unlearner import ArrayRetained, Unlearner
 from ..contract.certificate import Certificate
+from ..contract.unlearner import ArrayRetained, Unlearner
 from ..mechanism.noise import SeededNoise
 from .replay import ReplayPoint
 
