@@ -19,17 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("app", "bench")
 MAX_LINES = 500
-# issue 22 (open): what exists today; nothing may be added, and the listed files may not grow
-KNOWN_CIRCLES = [
-    ["app.unlearning.base", "app.unlearning.calibration", "app.unlearning.fast", "app.unlearning.fast_dgauss",
-     "app.unlearning.losses", "app.unlearning.noise", "app.unlearning.release"],
-    ["bench.regret", "bench.regret_table1"],
-]
-KNOWN_LONG = {
-              "app/schemas/api.py": 580, "app/unlearning/active.py": 503,
-              "app/unlearning/descent_to_delete.py": 812, "app/unlearning/fast_dgauss.py": 620,
-              "app/unlearning/memory_pair.py": 717, "app/unlearning/passive.py": 619, "app/unlearning/rewind.py": 806,
-              "app/unlearning/second_order.py": 567}
+# issue 22: the engine's circles are gone (KNOWN_CIRCLES stays as the ratchet, empty); the service files below are
+# still over 500 lines (their split is separate work): they may not grow
+KNOWN_CIRCLES: list[list[str]] = []
+KNOWN_LONG = {"app/schemas/api.py": 580}
 
 # The engine's floors, lowest first: a module may import from its own floor or lower ones only.  The package root
 # (app/unlearning/__init__.py, the public API and the family registry) stands above them all.
