@@ -23,7 +23,7 @@ SECRET_MIN_DEFAULT_ITERATIONS, SECRET_MAX_DEFAULT_ITERATIONS = 25, 2000
 def secret_default_iterations(c: "dm.PGDConstants") -> int:
     """Default I of the ``secret`` variant, from the declared bounds only (never the data): the smallest I with
     gamma^I <= m / (8 L), at least the former default 25 and at most SECRET_MAX_DEFAULT_ITERATIONS.  Thm 3.1's sensitivity is
-    Delta = 8 L gamma^I / (m n (1 - gamma^I)) (d2d_math.secret_sensitivity), so this I makes Delta <= 1/((1 -
+    Delta = 8 L gamma^I / (m n (1 - gamma^I)) (d2d_constants.secret_sensitivity), so this I makes Delta <= 1/((1 -
     gamma^I) n) ~ 1/n: the published noise sigma ~ sqrt(2 log(1.25/delta)) / (epsilon n) per coordinate, which
     no longer swamps the model (the former fixed I = 25 left Delta = 0.6 (8L/m)/n, sigma ~ 4 per coordinate at
     n = 455 with l2 = 0.01: docs/accuracy.md).  The cost is O(I n d) per update; I grows like (M/2m) log(8L/m)

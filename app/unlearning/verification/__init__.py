@@ -1,0 +1,2 @@
+"""The coupled-replay verification harness: replays a forget against retraining with shared randomness
+(ARCHITECTURE.md §5)."""
