@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,16 +20,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from .common import free_port, passive_model, wait_for
+
 ROOT = Path(__file__).resolve().parents[1]
 N, DIM = 1000, 16
-MODEL = {"name": "cold", "algorithm": "passive_olu", "loss": "logistic", "dim": DIM, "bounds": {"x_norm": 1.0},
-         "domain_radius": 10.0, "l2": 0.05, "privacy": {"epsilon": 1.0, "delta": 1e-6}}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+MODEL = passive_model("cold", DIM, 0.05)
 
 
 def _rows(prefix: str, seed: int) -> list[dict]:
@@ -40,7 +34,7 @@ def _rows(prefix: str, seed: int) -> list[dict]:
 
 
 def _start(cache: Path, work: Path) -> dict:
-    admin, port = "bench-admin-" + secrets.token_hex(16), _port()
+    admin, port = "bench-admin-" + secrets.token_hex(16), free_port()
     data = Path(tempfile.mkdtemp(dir=work))
     env = {**os.environ, "OLU_DATA_DIR": str(data), "OLU_ADMIN_TOKEN": admin, "NUMBA_CACHE_DIR": str(cache)}
     env.pop("OLU_DATABASE_URL", None)
@@ -50,15 +44,7 @@ def _start(cache: Path, work: Path) -> dict:
                             stderr=subprocess.DEVNULL)
     url, out = f"http://127.0.0.1:{port}", {}
     try:
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.perf_counter() - started > 120:
-                raise RuntimeError("the service did not become ready")
-            time.sleep(0.02)
+        wait_for(url, proc, "/healthz", poll=0.02)
         out["alive_s"] = time.perf_counter() - started  # /healthz; the first requests go now, not after /readyz
         with httpx.Client(base_url=url, timeout=600) as c:
             key = c.post("/v1/tenants", json={"name": "b"}, headers={"authorization": f"Bearer {admin}"}).json()

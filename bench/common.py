@@ -81,3 +81,34 @@ def projected_time(history: list[tuple[int, float]], n: int) -> float:
         if t1 > 0 and t2 > 0 and n2 > n1:
             k = max(1.0, math.log(t2 / t1) / math.log(n2 / n1))
     return t2 * (n / n2) ** k
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface (for a service process a benchmark starts)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def passive_model(name: str, dim: int, l2: float) -> dict:
+    """The request body of a passive OLU logistic model with unit-norm features (the HTTP benchmarks' model)."""
+    return {"name": name, "algorithm": "passive_olu", "loss": "logistic", "dim": dim, "bounds": {"x_norm": 1.0},
+            "domain_radius": 10.0, "l2": l2, "privacy": {"epsilon": 1.0, "delta": 1e-6}}
+
+
+def wait_for(url: str, proc, path: str = "/readyz", timeout: float = 120.0, poll: float = 0.05) -> float:
+    """Poll ``url + path`` until it answers 200 (seconds waited); RuntimeError if ``proc`` exits or time runs out."""
+    import httpx
+
+    started = time.perf_counter()
+    while True:
+        try:
+            if httpx.get(url + path, timeout=2).status_code == 200:
+                return time.perf_counter() - started
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.perf_counter() - started > timeout:
+            raise RuntimeError(f"{url}{path} did not answer 200")
+        time.sleep(poll)

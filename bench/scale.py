@@ -20,7 +20,6 @@ import multiprocessing as mp
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,16 +29,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from .common import free_port, passive_model, wait_for
+
 ROOT = Path(__file__).resolve().parents[1]
 D, BATCH = 64, 1000
-MODEL = {"name": "scale", "algorithm": "passive_olu", "loss": "logistic", "dim": D, "bounds": {"x_norm": 1.0},
-         "domain_radius": 10.0, "l2": 0.01, "privacy": {"epsilon": 1.0, "delta": 1e-6}}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+MODEL = passive_model("scale", D, 0.01)
 
 
 def _pin(cores: list[int]):
@@ -56,26 +50,13 @@ class _Servers:
         env.setdefault("OLU_SIGNING_KEY", _seed())
         self.procs, self.urls = [], []
         for i in range(1 if workers else n):
-            port = _port()
+            port = free_port()
             cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--port", str(port), "--log-level", "warning",
                    "--no-access-log"] + (["--workers", str(n)] if workers else [])
             self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                                stderr=subprocess.DEVNULL, preexec_fn=_pin(cores)))
             self.urls.append(f"http://127.0.0.1:{port}")
-            self._ready(self.urls[-1], self.procs[-1])  # one at a time: the first one migrates the schema
-
-    @staticmethod
-    def _ready(url: str, proc: subprocess.Popen) -> None:
-        deadline = time.time() + 120
-        while True:
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"{url} did not become ready")
-            time.sleep(0.1)
+            wait_for(self.urls[-1], self.procs[-1])  # one at a time: the first one migrates the schema
 
     def stop(self) -> None:
         for p in self.procs:
