@@ -81,13 +81,16 @@ def test_checkpoint_and_consistency_edges(tenant):
     tenant_id, c = tenant
     cp = c.get("/v1/audit/checkpoint").json()
     assert cp["tree_size"] == 0
-    assert c.get("/v1/audit/consistency", params={"from_size": 1}).status_code == 422
+    r = c.get("/v1/audit/consistency", params={"from_size": 1})
+    assert r.status_code == 422 and r.json()["type"] == "/problems/log-size-exceeded" and r.json()["log_size"] == 0
     mid = create_model(c, dim=1)["id"]
     c.post(f"/v1/models/{mid}/learn", json={"examples": [{"id": "a", "x": [0.5], "y": 1}, {"id": "b", "x": [0.1], "y": 0}]})
     c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["a", "b"]})
     assert c.get("/v1/audit/checkpoint").json()["tree_size"] == 2
-    assert c.get("/v1/audit/consistency", params={"from_size": 3}).status_code == 422
-    assert c.get("/v1/audit/consistency", params={"from_size": 2, "to_size": 1}).status_code == 422
+    assert c.get("/v1/audit/consistency", params={"from_size": 3}).json()["type"] == "/problems/log-size-exceeded"
+    assert c.get("/v1/audit/consistency", params={"from_size": 1, "to_size": 3}).status_code == 422
+    r = c.get("/v1/audit/consistency", params={"from_size": 2, "to_size": 1})  # the request's own shape
+    assert r.status_code == 422 and r.json()["type"] == "/problems/validation-error"
     ok = c.get("/v1/audit/consistency", params={"from_size": 1}).json()
     assert ok["to_size"] == 2 and len(ok["hashes"]) == 1
     assert c.get("/v1/audit/export").status_code == 422

@@ -620,7 +620,7 @@ def test_binary_answers_are_unchanged_over_http(server, tenant):
     p = c.get(f"/v1/models/{m['id']}/parameters").json()
     assert set(p) == {"version", "weights", "bias", "published_at"} and isinstance(p["bias"], float)
     r = c.post(f"/v1/models/{m['id']}/learn", json={"examples": [{"id": "n1", "x": X[0].tolist(), "y": "c1"}]})
-    assert r.status_code == 422 and r.json()["type"].endswith("/validation-error"), r.text
+    assert r.status_code == 422 and r.json()["type"].endswith("/invalid-label"), r.text  # the model's rule
 
 
 def test_bad_labels_are_refused_and_change_nothing(server, tenant):

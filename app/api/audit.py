@@ -71,7 +71,10 @@ def get_checkpoint(request: Request, p: Auditor):
 @router.get("/audit/consistency", response_model=ConsistencyProof, responses=responses(401, 403, 422))
 def get_consistency(request: Request, p: Auditor, from_size: Annotated[int, Query(ge=1)],
                     to_size: Annotated[int | None, Query(ge=1)] = None):
-    """RFC 9162 consistency proof between two sizes of the tenant's log, with both signed checkpoints."""
+    """RFC 9162 consistency proof between two sizes of the tenant's log, with both signed checkpoints.
+
+    `to_size` defaults to the log's size. Rules the schema cannot state: `from_size` <= `to_size` (422
+    `validation-error`), and both at most the log's size (422 `log-size-exceeded`, with `log_size`)."""
     return get_ctx(request).models.audit.consistency(p.tenant_id, from_size, to_size)
 
 
@@ -79,5 +82,8 @@ def get_consistency(request: Request, p: Auditor, from_size: Annotated[int, Quer
 def export_bundle(request: Request, p: Auditor,
                   record_id: Annotated[str | None, Query(max_length=256, pattern=NO_CONTROL)] = None,
                   model_id: Annotated[str | None, Query(pattern=NO_CONTROL)] = None):
-    """An offline-verifiable bundle for one record (across the tenant's models) or one model's deletions."""
+    """An offline-verifiable bundle for one record (across the tenant's models) or one model's deletions.
+
+    Give exactly one of `record_id` and `model_id` (422 `validation-error` otherwise: a rule across query
+    parameters, which the schema cannot state)."""
     return get_ctx(request).models.audit.export(p.tenant_id, record_id, model_id)

@@ -7,6 +7,8 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from ..ids import id_pattern
+from ..services.idempotency import KEY_PATTERN, MAX_KEY_LENGTH
+from ..unlearning import ALGORITHMS
 from ..schemas.api import (NO_CONTROL, LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
                            PredictResponse, RetrainResponse, UnlearnRequest, UnlearnResponse)
 from . import idempotent
@@ -19,13 +21,23 @@ router = APIRouter(prefix="/v1/models", tags=["models"])
 Limit = Annotated[int, Query(ge=1, le=200)]
 ModelId = Annotated[str, Path(pattern=NO_CONTROL, description="A model id (no control characters).")]
 Cursor = Annotated[str | None, Query(pattern=id_pattern("mdl"), description="The next_cursor of the previous page.")]
-IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255,
-                                       description="Retries with the same key and body return the first answer.")]
+IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=MAX_KEY_LENGTH, pattern=KEY_PATTERN, description=(
+    "Retries with the same key and body return the first answer (the same key with another body: 422 "
+    "idempotency-key-reused; while the first request runs: 409). 1 to 255 visible ASCII characters, spaces only "
+    "inside (e.g. a UUID)."))]
 
 
 @router.post("", status_code=201, response_model=Model, responses=responses(401, 403, 404, 422))
 def create_model(body: ModelCreate, request: Request, p: Writer, idempotency_key: IdemKey = None):
-    """Create a model. Its public constants and privacy calibration derive from the declared bounds."""
+    """Create a model. Its public constants and privacy calibration derive from the declared bounds.
+
+    Besides the schema (which states, among others, that `n_classes` and `classes` go with loss softmax only and
+    that softmax needs one of them), these rules are refused with 422 `invalid-model-spec`, naming the field: the
+    family's `hyperparameters` (GET /v1/algorithms) and its calibration, which must be computable from the bounds,
+    privacy target and `l2` (some families need `l2` > 0); `dim` at most the deployment's OLU_MAX_DIM (default
+    100000), and for softmax `n_classes` * (`dim` + 1) at most OLU_MAX_DIM + 1; `n_classes` equal to the number of
+    `classes` when both are given; `features.dim` equal to `dim`, each numeric range `[lo, hi]` finite with
+    lo < hi, no field both numeric and categorical, at most 1000 fields in all."""
     return idempotent.run(request, p.tenant_id, body, Model, 201,
                           lambda guard: get_ctx(request).models.lifecycle.create(p.tenant_id, body.model_dump(), guard))
 
@@ -63,7 +75,16 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
 
     Two body shapes: per example `{"examples": [{"id", "x", "y"}]}` (or `{"id", "features", "y"}` for a model with
     a feature spec), or columnar `{"ids": [..], "x": [[..]], "y": [..]}` for dense models (faster to decode; also
-    as `application/msgpack`, see the requestBody's `x-msgpack`)."""
+    as `application/msgpack`, see the requestBody's `x-msgpack`).
+
+    Rules the schema cannot state: columnar `ids`, `x` and `y` have one entry per id (422 `validation-error`);
+    the ids of the `examples` are distinct (422 `duplicate-record`) and new to the model (409 `duplicate-record`);
+    and the model's own: each `x` has the model's `dim` values (422 `invalid-dimension`) within its `bounds`
+    (422 `out-of-bounds-input`); `x` for a dense model, `features` for a model with a feature spec (422
+    `features-not-declared` / `features-required`), encoded by that spec (422 `unknown-feature`,
+    `out-of-range-feature`, `invalid-features`); `y` a label of its loss (422 `invalid-label`: 0/1 for logistic, a
+    class index or declared class name for softmax, a class name only for a model that declared class names);
+    at most the deployment's OLU_MAX_BATCH examples and the family's per-request limit (413 `batch-too-large`)."""
     models = get_ctx(request).models
 
     def work():
@@ -90,6 +111,8 @@ def install_openapi(app) -> None:
             schemas = {name: Schema(**d).model_dump(by_alias=True, exclude_none=True)  # as FastAPI renders its own
                        for name, d in defs["$defs"].items()}
             doc.setdefault("components", {}).setdefault("schemas", {}).update(schemas)
+            # the families on offer (the registry's names: GET /v1/algorithms); another name is 422
+            doc["components"]["schemas"]["ModelCreate"]["properties"]["algorithm"]["enum"] = sorted(ALGORITHMS)
             app.openapi_schema = doc
         return app.openapi_schema
 
@@ -100,7 +123,15 @@ def install_openapi(app) -> None:
              responses=responses(401, 403, 404, 409, 413, 422), openapi_extra=openapi_body(UnlearnRequest))
 async def unlearn(model_id: ModelId, request: Request, p: Writer,
                   body: Annotated[UnlearnRequest, Depends(json_body(UnlearnRequest))], idempotency_key: IdemKey = None):
-    """Forget records by id. Each forgotten record gets a signed certificate receipt; all-or-nothing."""
+    """Forget records by id. Each forgotten record gets a signed certificate receipt; all-or-nothing.
+
+    Rules that depend on the model: each id was learned (404 `record-not-found`) and not yet forgotten (409
+    `record-already-forgotten`); `examples` are for a model that keeps no data but needs the forgotten records'
+    features (memory_pair with deletion_features=client: 422 `deletion-features-required` without them, 422
+    `example-mismatch` when they differ from what was learned, with the labels and dimension rules of learn);
+    a model that keeps its data takes the ids only (422 `examples-not-accepted`); other families ignore them.
+    The family may refuse a forget it cannot certify (422 `forget-rejected`, 409 `record-not-deletable`,
+    `deletion-capacity-exhausted`, `retrain-required`); at most OLU_MAX_BATCH ids (413 `batch-too-large`)."""
     models = get_ctx(request).models
     examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
                 if body.examples else None)
@@ -120,7 +151,12 @@ def retrain(model_id: ModelId, request: Request, p: Writer, idempotency_key: Ide
 async def predict(model_id: ModelId, request: Request, p: Predictor,
                   body: Annotated[PredictRequest, Depends(json_body(PredictRequest))]):
     """Predict with the published parameters: dense vectors `x`, or feature dictionaries `features` for a model
-    with a feature spec (encoded exactly as at learning)."""
+    with a feature spec (encoded exactly as at learning).
+
+    Rules that depend on the model: `x` for a dense model, `features` for a model with a feature spec (422
+    `features-not-declared` / `features-required`, then `unknown-feature`, `out-of-range-feature`,
+    `invalid-features`); each vector has the model's `dim` values (422 `invalid-dimension`) small enough to score
+    (422 `out-of-bounds-input`); at most OLU_MAX_BATCH inputs (413 `batch-too-large`)."""
     models = get_ctx(request).models
     features = None if body.features is None else [f.root for f in body.features]
     if models.prediction.predict_inline(body.x if features is None else features):  # small SQLite reads answer on the event

@@ -31,6 +31,8 @@ TITLES = {
     "retrain-required": "Model needs a retrain",
     "deletion-features-required": "The forgotten records' features are needed",
     "example-mismatch": "The features sent are not the ones learned",
+    "examples-not-accepted": "This model keeps its data: send only the ids",
+    "log-size-exceeded": "The tenant's log is shorter than the size asked for",
     "forget-rejected": "The model cannot forget these records",
     "inference-not-ready": "The model does not answer predictions yet",
     "record-not-deletable": "The record cannot be forgotten with a certificate by this model",

@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, model_serializer, model_validator
 
+from .rules import EXAMPLE_SHAPE, PREDICT_SHAPE, SOFTMAX_FIELDS, SOME_FEATURE_FIELD, UNIQUE, json_int, key_names
+
 # SQLite returns naive datetimes even for DateTime(timezone=True) columns: every stored time is UTC, say so
 # (an RFC 3339 date-time needs the offset)
 UtcDatetime = Annotated[datetime, AfterValidator(lambda d: d if d.tzinfo else d.replace(tzinfo=timezone.utc))]
@@ -130,14 +132,14 @@ class FeatureDict(RootModel[Annotated[dict[str, FeatureValue], Field(max_length=
 
 class FeatureSpec(Strict):
     """Feature dictionaries hashed into the model's dim buckets (README "Feature dictionaries")."""
-
+    model_config = ConfigDict(extra="forbid", json_schema_extra=SOME_FEATURE_FIELD)
     type: Literal["hashed"] = Field(description="hashed: strings and list items hash to signed buckets "
                                                 "(MurmurHash3 x64 128, fixed public seed).")
-    dim: int = Field(ge=1, strict=True, description="Number of buckets: must equal the model's dim.")
+    dim: json_int(ge=1) = Field(description="Number of buckets: must equal the model's dim.")
     numeric: dict[FieldName, Annotated[list[Finite], Field(min_length=2, max_length=2)]] = Field(
-        default_factory=dict, description="Numeric fields, each with its declared range [lo, hi] (lo < hi): a value "
+        default_factory=dict, max_length=1000, json_schema_extra=key_names(NO_CONTROL, 1, 128), description="Numeric fields, each with its declared range [lo, hi] (lo < hi): a value "
                                           "is scaled to 2 (v - lo) / (hi - lo) - 1, never by statistics of the data.")
-    categorical: list[FieldName] = Field(default_factory=list, max_length=1000, description=(
+    categorical: list[FieldName] = Field(default_factory=list, max_length=1000, json_schema_extra=UNIQUE, description=(
         "Categorical fields: each value a string, or a list of strings (one token per item)."))
     out_of_range: Literal["refuse", "clip"] = Field("refuse", description=(
         "A numeric value outside its range: refuse (422 out-of-range-feature) or clip it to the range."))
@@ -151,19 +153,22 @@ class ServedFeatureSpec(FeatureSpec):
 
 
 class ModelCreate(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=SOFTMAX_FIELDS)
     name: str = Field(min_length=1, max_length=200, pattern=NO_CONTROL)
     algorithm: str = Field("passive_olu", description="Model family; see GET /v1/algorithms.")
     loss: LossName = "logistic"
-    dim: int = Field(ge=1, strict=True, description="Number of features.")
+    dim: json_int(ge=1) = Field(description="Number of features.")
     bounds: Bounds
     domain_radius: PositiveFinite = Field(10.0, description="Parameters live in the L2 ball of this radius.")
     l2: Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False), AfterValidator(_zero_or_normal)] = Field(
-        0.01, description="L2 regularisation (mu): 0 or a positive normal float.")
+        0.01, json_schema_extra={"anyOf": [{"const": 0}, {"minimum": POSITIVE_NORMAL_MIN}]},
+        description="L2 regularisation (mu): 0 or a positive normal float.")
     privacy: PrivacyTarget = Field(default_factory=PrivacyTarget)
     hyperparameters: dict[str, Any] = Field(default_factory=dict, description="Family-specific, all defaulted.")
-    n_classes: int | None = Field(None, ge=2, le=MAX_CLASSES, strict=True, description=(
+    n_classes: json_int(ge=2, le=MAX_CLASSES) | None = Field(None, description=(
         "loss softmax: the number of classes K (labels 0..K-1); may be omitted when classes is given."))
-    classes: list[ClassName] | None = Field(None, min_length=2, max_length=MAX_CLASSES, description=(
+    classes: list[ClassName] | None = Field(None, min_length=2, max_length=MAX_CLASSES, json_schema_extra=UNIQUE,
+                                            description=(
         "loss softmax: distinct class names, in label order; learn and predict then also take and give names."))
     features: FeatureSpec | None = Field(None, description=(
         "Accept feature dictionaries instead of dense vectors: hashed into dim buckets, then scaled down to "
@@ -235,6 +240,7 @@ class ModelList(BaseModel):
 
 # ---- learn / unlearn / predict -------------------------------------------------------------------------
 class Example(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=EXAMPLE_SHAPE)  # exactly one of x or features
     id: RecordId
     x: list[Finite] | None = Field(None, description="The feature vector (dense models).")
     features: FeatureDict | None = Field(None, description="The feature dictionary (models with a feature spec).")
@@ -266,7 +272,7 @@ class LearnColumnarRequest(Strict):
     """The columnar learn body: one id, one feature vector and one label per example, in order (decoded straight
     into arrays; also accepted as application/msgpack, where x and y may be raw little-endian float64 bytes)."""
 
-    ids: list[RecordId] = Field(min_length=1)
+    ids: list[RecordId] = Field(min_length=1, json_schema_extra=UNIQUE)
     x: list[list[Finite]] = Field(description="Feature vectors, one per id, each of the model's dimension.")
     y: list[Finite] = Field(description="Labels, one per id.")
 
@@ -291,7 +297,7 @@ class LearnResponse(_OmitNone):
 
 
 class UnlearnRequest(Strict):
-    ids: list[RecordId] = Field(min_length=1)
+    ids: list[RecordId] = Field(min_length=1, json_schema_extra=UNIQUE)
     examples: list[Example] | None = Field(
         None, description="The forgotten records' features and labels, for models that keep no data but need them "
                           "to forget (memory_pair with deletion_features=client); checked against what was learned.")
@@ -302,7 +308,10 @@ class UnlearnRequest(Strict):
         return self
 
 
-class Mechanism(BaseModel):
+class Mechanism(_OmitNone):
+    # a receipt is returned exactly as signed: grid/rounding/restart appear only where the signed body has them
+    # (exact mechanisms and receipts issued before the discrete mechanism have neither)
+    _omit = ("grid", "rounding", "restart")
     type: str = Field(description="discrete_gaussian (discrete Gaussian noise on a grid, into the state) or exact "
                                   "(restart / retrain); receipts issued before the discrete mechanism say gaussian.")
     sigma: float
@@ -319,16 +328,6 @@ class Mechanism(BaseModel):
                                                    "records it still holds) and a new ledger epoch began.  The "
                                                    "other records of the same request are forgotten by the same "
                                                    "restart.")
-
-    @model_serializer(mode="wrap")
-    def _omit_absent(self, handler):
-        # a receipt is returned exactly as signed: grid/rounding/restart appear only where the signed body has them
-        # (exact mechanisms and receipts issued before the discrete mechanism have neither)
-        out = handler(self)
-        for key in ("grid", "rounding", "restart"):
-            if out.get(key) is None:
-                out.pop(key, None)
-        return out
 
 
 class ReceiptGuarantee(BaseModel):
@@ -440,6 +439,7 @@ class RetrainResponse(BaseModel):
 
 
 class PredictRequest(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=PREDICT_SHAPE)  # exactly one of x or features
     x: Annotated[list[list[Finite]], Field(min_length=1)] | None = Field(
         None, description="Feature vectors (dense models).")
     features: Annotated[list[FeatureDict], Field(min_length=1)] | None = Field(

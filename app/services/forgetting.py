@@ -55,7 +55,7 @@ class Forgetting(UseCase):
             dim = json.loads(row.spec_json)["dim"]
             if engine.needs_retained_data:
                 if examples:
-                    raise Problem(422, "validation-error", "This model keeps its data: send only the ids.")
+                    raise Problem(422, "examples-not-accepted", "This model keeps its data: send only the ids.")
                 store = self._reader(work, row, dim)
             elif engine.needs_deletion_features:
                 store = self._client_examples(row, key, ids, records, examples)

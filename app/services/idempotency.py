@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -25,6 +26,11 @@ from ..errors import Problem
 from ..ids import utcnow
 
 MAX_KEY_LENGTH = 255
+# 1 to 255 visible ASCII characters, spaces allowed inside but not at either end: HTTP strips a header value's
+# surrounding whitespace (RFC 9110 §5.5), so such a key could not arrive as sent.  The OpenAPI document states this
+# pattern on the header (app/api/models.py); a key that does not match is 422 and changes nothing.
+KEY_PATTERN = rf"^[!-~](?:[ -~]{{0,{MAX_KEY_LENGTH - 2}}}[!-~])?$"
+_KEY = re.compile(KEY_PATTERN)
 
 
 @dataclass
@@ -63,8 +69,9 @@ class IdempotencyStore:
         self.db, self.stale_after = db, stale_after
 
     def begin(self, tenant_id: str, key: str, request_hash: str) -> IdempotencyGuard | Replay:
-        if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
-            raise Problem(422, "validation-error", f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} printable characters.")
+        if not _KEY.fullmatch(key):
+            raise Problem(422, "validation-error", f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} visible ASCII "
+                          "characters (spaces only inside).")
         now = utcnow()
         try:
             with self.db.write() as s:

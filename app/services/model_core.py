@@ -42,8 +42,8 @@ IN_CHUNK = 500  # bound on bound parameters per IN (...) query
 def class_indices(spec, y: Any) -> Any:
     """Labels as the engine takes them: a softmax model's declared class names become their indices (0..K-1).
     A name the model did not declare is refused (422 invalid-label, nothing changed); a model without class names
-    takes numbers only (422 validation-error, as the schema answered before names existed); numeric labels pass
-    through unchanged (the engine checks them)."""
+    takes numbers only (422 invalid-label too: the schema takes a class name for any model, since which labels a
+    model takes is the model's own rule); numeric labels pass through unchanged (the engine checks them)."""
     if isinstance(y, np.ndarray) or not any(isinstance(v, str) for v in y):
         return y
     names = {c: k for k, c in enumerate(spec.classes or ())}
@@ -51,10 +51,11 @@ def class_indices(spec, y: Any) -> Any:
     for i, v in enumerate(y):
         if isinstance(v, str):
             k = names.get(v)
-            if k is None and not spec.classes:  # a model without class names takes numbers only, as before
-                raise Problem(422, "validation-error", f"example {i}: y must be a number (this model declared no "
-                              "class names)", errors=[{"loc": ["body", "examples", i, "y"],
-                                                      "msg": "Input should be a valid number", "type": "float_type"}])
+            if k is None and not spec.classes:  # a model without class names takes numbers only
+                raise Problem(422, "invalid-label", f"example {i}: y must be a number (this model declared no "
+                              "class names)", index=i, errors=[{"loc": ["body", "examples", i, "y"],
+                                                               "msg": "Input should be a valid number",
+                                                               "type": "float_type"}])
             if k is None:
                 raise Problem(422, "invalid-label", f"example {i}: unknown class name {v!r}; declared: "
                               f"{', '.join(spec.classes)}", index=i)

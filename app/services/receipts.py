@@ -174,9 +174,12 @@ class ReceiptIssuer:
 
     def consistency(self, s, tenant_id: str, from_size: int, to_size: int | None) -> dict[str, Any]:
         size = self.log_size(s, tenant_id)
+        need = f"Need 1 <= from_size <= to_size <= {size} (the log size)."
+        if from_size < 1 or (to_size is not None and from_size > to_size):  # the request's own shape
+            raise Problem(422, "validation-error", need)
         to_size = size if to_size is None else to_size
-        if not (1 <= from_size <= to_size <= size):
-            raise Problem(422, "validation-error", f"Need 1 <= from_size <= to_size <= {size} (the log size).")
+        if from_size > size or to_size > size:  # the tenant's log is shorter: its state, not the request's shape
+            raise Problem(422, "log-size-exceeded", need, log_size=size)
         hashes = MerkleLog(SqlNodeStore(s, tenant_id)).consistency_proof(from_size, to_size)
         return {"from_size": from_size, "to_size": to_size, "hashes": [base64.b64encode(h).decode() for h in hashes],
                 "from_checkpoint": self.checkpoint(s, tenant_id, from_size),
