@@ -97,8 +97,16 @@ def seeded(tmp_path_factory):
         mid = create_model(c, dim=2)["id"]
         assert c.post(f"/v1/models/{mid}/learn", json={"examples": examples(unit_rows(40, 2))}).status_code == 200
         receipt = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-0"]}).json()["receipts"][0]["id"]
-    real = {"model_id": mid, "tenant_id": tenant_id, "receipt_id": receipt, "record_id": "rec-1"}
-    yield srv, key, real
+        # a model that keeps its data, and a softmax model with class names and a feature spec: their own rules
+        kept = create_model(c, dim=2, algorithm="retrain")["id"]
+        assert c.post(f"/v1/models/{kept}/learn", json={"examples": examples(unit_rows(10, 2))}).status_code == 200
+        named = create_model(c, dim=4, loss="softmax", classes=["a", "b", "c"], features={
+            "type": "hashed", "dim": 4, "numeric": {"v": [0, 1]}, "categorical": ["c"]})["id"]
+        assert c.post(f"/v1/models/{named}/learn", json={"examples": [
+            {"id": f"rec-{i}", "features": {"v": i / 10, "c": "abc"[i % 3]}, "y": "abc"[i % 3]} for i in range(10)
+        ]}).status_code == 200
+    real = {"tenant_id": tenant_id, "receipt_id": receipt, "record_id": "rec-1"}
+    yield srv, key, real, (mid, kept, named)
     uv.should_exit = True
     thread.join(timeout=10)
     srv.app.state.ctx.db.dispose()
@@ -109,12 +117,14 @@ def seeded(tmp_path_factory):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 def test_every_operation_conforms_and_never_5xx(case, seeded):
-    srv, key, real = seeded
+    srv, key, real, models = seeded
     admin = case.path.startswith("/v1/tenants")
     params = case.path_parameters or {}
-    # half of the examples aim at real objects (never the tenant's own key, never a real model or the real tenant
-    # for DELETE: that would erase what the other examples aim at)
-    if params and zlib.crc32(repr(sorted(params.items())).encode()) % 2 == 0:  # deterministic (not hash())
+    # half of the examples aim at real objects, one of the three models (never the tenant's own key, never a real
+    # model or the real tenant for DELETE: that would erase what the other examples aim at)
+    pick = zlib.crc32(repr(sorted(params.items())).encode())  # deterministic (not hash())
+    if params and pick % 2 == 0:
+        real = {**real, "model_id": models[pick // 2 % len(models)]}
         for name in params:
             if name in real and not (case.method == "DELETE" and case.path in ("/v1/models/{model_id}",
                                                                                 "/v1/tenants/{tenant_id}")):
