@@ -282,7 +282,7 @@ def _located(err: SpecError, fields: Sequence[str] = ()) -> SpecError:
 
 # ---- which field, and what range of it, the family accepts ------------------------------------------------
 _F64_MIN = sys.float_info.min  # smallest positive normal float: the schema's lower bound of positive numbers
-# the schema's own ranges (app/schemas/api.py); the family's checks decide within them
+# the schema's own ranges (app/schemas/models.py); the family's checks decide within them
 SCHEMA_RANGES = {"bounds.x_norm": (_F64_MIN, sys.float_info.max), "bounds.y_abs": (_F64_MIN, sys.float_info.max),
                  "domain_radius": (_F64_MIN, sys.float_info.max), "l2": (_F64_MIN, sys.float_info.max),
                  "privacy.epsilon": (_F64_MIN, sys.float_info.max), "privacy.delta": (1e-300, math.nextafter(1.0, 0.0))}

@@ -47,7 +47,7 @@ TEST_FRACTION = 0.2
 BATCH = 50
 SEEDS = 3
 SPLIT_SEED, FORGET_SEED = 0, 1
-# the service's defaults of the two spec fields every model declares (app/schemas/api.py ModelCreate)
+# the service's defaults of the two spec fields every model declares (app/schemas/models.py ModelCreate)
 MODEL_DEFAULTS = {"domain_radius": 10.0, "l2": 0.01}
 MILESTONES = ("before", "1 record") + tuple(f"{round(100 * f)}%" for f in FRACTIONS)
 

@@ -22,7 +22,7 @@ from .common import stream
 def _app():
     os.environ.update({"OLU_DATA_DIR": tempfile.mkdtemp(), "OLU_LOG_LEVEL": "WARNING", "OLU_RATE_LIMIT": "1e9"})
     from app.main import create_app
-    from app.schemas.api import ModelCreate
+    from app.schemas import ModelCreate
 
     app = create_app()
     ctx = app.state.ctx

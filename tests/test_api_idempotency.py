@@ -63,7 +63,7 @@ def test_in_flight_same_request_is_409(server, tenant):
     tenant_id, c = tenant
     mid = create_model(c, dim=2)["id"]
     c.post(f"/v1/models/{mid}/learn", json={"examples": examples(unit_rows(3, 2))})
-    from app.schemas.api import UnlearnRequest
+    from app.schemas import UnlearnRequest
     from app.services.idempotency import fingerprint
 
     body = UnlearnRequest(ids=["rec-0"]).model_dump_json().encode()

@@ -2,7 +2,7 @@
 sent before), and an idempotent replay must be byte-for-byte the first answer."""
 from __future__ import annotations
 
-from app.schemas.api import LearnResponse, Model, PredictResponse, UnlearnResponse
+from app.schemas import LearnResponse, Model, PredictResponse, UnlearnResponse
 
 from .helpers import create_model, examples, unit_rows
 

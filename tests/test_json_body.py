@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.api import problems
 from app.api.json_body import json_body
-from app.schemas.api import PredictRequest, UnlearnRequest
+from app.schemas import PredictRequest, UnlearnRequest
 
 
 def _app() -> FastAPI:

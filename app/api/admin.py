@@ -5,7 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 
-from ..schemas.api import NO_CONTROL, KeyCreate, KeyCreated, TenantCreate, TenantCreated, TenantDeleted
+from ..schemas import NO_CONTROL, KeyCreate, KeyCreated, TenantCreate, TenantCreated, TenantDeleted
 from .deps import Admin, get_ctx
 from .problems import responses
 

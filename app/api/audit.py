@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BeforeValidator
 
-from ..schemas.api import (NO_CONTROL, ConsistencyProof, DeletionLog, ErasureReceipt, ExportBundle, Ledger, Receipt,
+from ..schemas import (NO_CONTROL, ConsistencyProof, DeletionLog, ErasureReceipt, ExportBundle, Ledger, Receipt,
                            RecordStatus,
                            SignedCheckpoint)
 from .deps import Auditor, get_ctx

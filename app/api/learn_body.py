@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import Problem
-from ..schemas.api import LearnRequest, RecordId
+from ..schemas import LearnRequest, RecordId
 
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 _IDS = TypeAdapter(list[RecordId])
@@ -45,7 +45,7 @@ class _ColumnarFingerprint:
         self.ids, self.X, self.y = ids, X, y
 
     def model_dump_json(self) -> str:
-        from ..schemas.api import Example
+        from ..schemas import Example
 
         return LearnRequest.model_construct(examples=[
             Example.model_construct(id=i, x=row, y=v) for i, row, v in zip(self.ids, self.X.tolist(), self.y.tolist())

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from ..ids import id_pattern
 from ..services.idempotency import KEY_PATTERN, MAX_KEY_LENGTH
 from ..unlearning import ALGORITHMS
-from ..schemas.api import (NO_CONTROL, LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
+from ..schemas import (NO_CONTROL, LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
                            PredictResponse, RetrainResponse, UnlearnRequest, UnlearnResponse)
 from . import idempotent
 from .json_body import json_body, openapi_body

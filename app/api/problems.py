@@ -11,7 +11,7 @@ from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import Problem
-from ..schemas.api import Problem as ProblemSchema
+from ..schemas import Problem as ProblemSchema
 
 PROBLEM_BASE = "/problems/"  # relative URI reference (RFC 9457 §3.1.1), resolved against the service
 MEDIA_TYPE = "application/problem+json"

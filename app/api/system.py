@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..schemas.api import AlgorithmList, Health, PublicKeys
+from ..schemas import AlgorithmList, Health, PublicKeys
 from ..unlearning import ALGORITHMS
 from .deps import get_ctx
 from .problems import responses

@@ -1,6 +1,6 @@
 """The request rules the service enforces that a field's own type cannot state, written as JSON Schema (issue 21).
 
-Each fragment here goes into the OpenAPI document through a model's ``json_schema_extra`` (app/schemas/api.py), so
+Each fragment here goes into the OpenAPI document through a model's ``json_schema_extra`` (app/schemas/), so
 that the document states every rule the handlers enforce on a request's *shape*; a generated SDK and a schema fuzzer
 then know them.  What JSON Schema cannot say (a rule across query parameters, lengths that must agree, anything that
 depends on the model, the tenant's log or the deployment's limits) is written in the operation descriptions

@@ -34,7 +34,7 @@ from ..api.problems import is_transient
 from ..db.tables import StreamCursor, StreamEvent
 from ..errors import Problem
 from ..ids import utcnow
-from ..schemas.api import UnlearnResponse
+from ..schemas import UnlearnResponse
 from .events import Event, problem_body
 
 log = logging.getLogger("olu.stream")

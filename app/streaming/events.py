@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from ..api.learn_body import MSGPACK_TYPES, LearnBatch, parse_learn_body
 from ..api.problems import PROBLEM_BASE, TITLES, _clean_errors
 from ..errors import Problem
-from ..schemas.api import UnlearnRequest
+from ..schemas import UnlearnRequest
 
 KINDS = ("learn", "unlearn")
 KEY_HEADER = "Olu-Api-Key"
