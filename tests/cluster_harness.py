@@ -159,36 +159,43 @@ class HttpDriver:
         self.uncertain: list[tuple[str, str, list[str]]] = []   # (kind, model, ids)
         self.checkpoints: list[dict] = []
         self.errors: list[str] = []
-        self.retries = 0
+        self.retries = self.resolved = 0
+        self.retry_reasons: Counter = Counter()
         self.n = 0
         self.bodies: dict[str, dict] = {}  # learn bodies by first id, to resend an uncertain learn
 
     def resolve(self) -> None:
         """Send each write that was never answered again with its Idempotency-Key: a write that was applied
         replays its stored answer, one that was not is applied now; either way it is then acknowledged."""
+        left = []
         for kind, mid, ids in self.uncertain:
             body = self.bodies[ids[0]] if kind == "learn" else {"ids": ids}
             out = self._write(f"/v1/models/{mid}/{kind}", body, f"{kind[0].upper()}-{ids[0]}")
             if out is None:
-                self.errors.append(f"{kind} {ids} still unanswered")
+                left.append((kind, mid, ids))  # reported by check()
             else:
+                self.resolved += 1
                 (self.learns if kind == "learn" else self.unlearns).append((mid, ids, out))
-        self.uncertain = []
+        self.uncertain = left
 
     def _write(self, path: str, body: dict, idem: str) -> dict | None:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
                 _, r = self.rr.request("POST", path, json=body, headers={"Idempotency-Key": idem})
-            except httpx.TransportError:
+            except httpx.TransportError as e:
                 self.retries += 1
+                self.retry_reasons[type(e).__name__] += 1
                 time.sleep(0.1)
                 continue
             if r.status_code == 200:
                 return r.json()
             if r.status_code in RETRY_STATUSES:
                 self.retries += 1
-                time.sleep(0.1)
+                slug = r.json().get("type", "").rsplit("/", 1)[-1]
+                self.retry_reasons[f"{r.status_code} {slug}"] += 1
+                # a claim left by a killed replica: taken over after OLU_IDEMPOTENCY_STALE_SECONDS
+                time.sleep(0.5 if slug == "idempotency-request-in-progress" else 0.1)
                 continue
             self.errors.append(f"{path} -> {r.status_code} {r.text[:300]}")
             return None
@@ -230,10 +237,11 @@ class HttpDriver:
         except httpx.TransportError:
             self.retries += 1  # a read that met a dying replica: nothing to record
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, pause: float = 0.0) -> None:
         while not stop.is_set():
             try:
                 self.step()
+                time.sleep(pause)
             except Exception as e:  # noqa: BLE001 -- reported by the test, not lost in a thread
                 self.errors.append(repr(e))
                 return

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -34,9 +35,10 @@ from .conftest import ADMIN_TOKEN
 from .helpers import all_receipts, create_model, unit_rows
 from .test_stream import Broker, _nats_up
 
-PROFILES = {  # kills, HTTP client threads, models, seconds between events (mean), seconds between kills
-    "short": dict(kills=12, clients=2, models=3, pace=0.05, gap=(2.0, 4.0)),
-    "long": dict(kills=40, clients=3, models=4, pace=0.03, gap=(1.5, 4.0)),
+PROFILES = {  # kills, HTTP client threads, models, seconds between events (mean) and between an HTTP client's
+    # rounds, seconds between kills
+    "short": dict(kills=12, clients=2, models=3, pace=0.08, pause=0.03, gap=(1.5, 3.5)),
+    "long": dict(kills=40, clients=3, models=4, pace=0.03, pause=0.0, gap=(1.5, 4.0)),
 }
 X = unit_rows(200, 3, seed=23)
 SECRET_NAME = ("KEY", "TOKEN", "PASSWORD", "SECRET")
@@ -108,7 +110,7 @@ class Cluster:
         self.compose = load_compose()
         self.env = {"POSTGRES_PASSWORD": secrets.token_hex(8), "OLU_ENCRYPTION_KEY": signing_seed(),
                     "OLU_SIGNING_KEY": signing_seed(), "OLU_ADMIN_TOKEN": ADMIN_TOKEN, "OLU_LOG_LEVEL": "WARNING",
-                    "OLU_STREAM_ACK_WAIT": "5"}
+                    "OLU_STREAM_ACK_WAIT": "5", "OLU_IDEMPOTENCY_STALE_SECONDS": "15"}
         self.replicas: list[ComposeProc] = []
         self.consumers: list[ComposeProc] = []
 
@@ -215,12 +217,15 @@ def run_cluster(database_url: str, work: Path, profile: dict, seed: int | None =
         drivers = [HttpDriver(rr, mids, X, seed + k, f"h{k}") for k in range(profile["clients"])]
         producer = EventProducer(tenant_id, broker.events, mids, X, seed, profile["pace"])
         stop = threading.Event()
-        threads = [threading.Thread(target=w.run, args=(stop,), daemon=True) for w in drivers + [producer]]
+        threads = [threading.Thread(target=d.run, args=(stop, profile["pause"]), daemon=True) for d in drivers]
+        threads.append(threading.Thread(target=producer.run, args=(stop,), daemon=True))
         for t in threads:
             t.start()
         victims = ["api", "consumer"] * (profile["kills"] // 2) + ["api"] * (profile["kills"] % 2)
         rng.shuffle(victims)
-        kills = {"api": 0, "consumer": 0}
+        kills, restarts = {"api": 0, "consumer": 0}, []
+        phases = {"start": round(time.monotonic() - started, 1)}
+        t_load = time.monotonic()
         for v in victims:
             time.sleep(rng.uniform(*profile["gap"]))
             group = cl.replicas if v == "api" else cl.consumers
@@ -229,7 +234,9 @@ def run_cluster(database_url: str, work: Path, profile: dict, seed: int | None =
             kills[v] += 1
             p.launch()
             if v == "api":
+                t = time.monotonic()
                 p.wait_ready(120)
+                restarts.append(time.monotonic() - t)
         time.sleep(rng.uniform(*profile["gap"]))
         stop.set()
         for t in threads:
@@ -237,10 +244,16 @@ def run_cluster(database_url: str, work: Path, profile: dict, seed: int | None =
         assert not any(t.is_alive() for t in threads), "a traffic thread hung"
         errors = [e for w in drivers + [producer] for e in w.errors]
         assert not errors, errors[:5]
+        phases["load_and_kills"] = round(time.monotonic() - t_load, 1)
+        phases["api_ready_after_restart_max"] = round(max(restarts, default=0), 1)
+        t = time.monotonic()
         for d in drivers:
             d.resolve()
         _wait_applied(cl, tenant_id, len(producer.events), timeout=180)
+        phases["settle"] = round(time.monotonic() - t, 1)
+        t = time.monotonic()
         snap = collect(cl, key, tenant_id, mids, drivers, producer, broker, rng)
+        phases["collect"] = round(time.monotonic() - t, 1)
         rr.close()
     finally:
         cl.stop()
@@ -248,12 +261,13 @@ def run_cluster(database_url: str, work: Path, profile: dict, seed: int | None =
             broker.delete()
     figures = {"seed": seed, "sigkills_api": kills["api"], "sigkills_consumer": kills["consumer"],
                "acked_http_learns": len(snap["http_learns"]), "acked_http_unlearns": len(snap["http_unlearns"]),
-               "http_retries": sum(d.retries for d in drivers), "acked_events": len(snap["events"]),
+               "http_writes_resolved_after_the_load": sum(d.resolved for d in drivers),
+               "http_retries": dict(sum((d.retry_reasons for d in drivers), Counter())), "acked_events": len(snap["events"]),
                "event_results_published": len(snap["results"]),
                "receipts": sum(len(m["receipts"]) for m in snap["models"].values()),
                "records": sum(m["model"]["n_records"] for m in snap["models"].values()),
                "checkpoints": len(snap["checkpoints"]), "consistency_proofs": len(snap["proofs"]),
-               "seconds": round(time.monotonic() - started, 1)}
+               "seconds": round(time.monotonic() - started, 1), **phases}
     return snap, figures
 
 
