@@ -375,7 +375,7 @@ def check(s: dict) -> list[str]:
                            if b.get("kind") == "learn" and b["model_id"] == mid])
         # each applied write moved the version once: HTTP answers and the broker's transactions are 2..version
         versions = [o["version"] for mm, _, o in s["http_learns"] + s["http_unlearns"] if mm == mid] + \
-            sorted({row[3] for row in s["stream_rows"] if row[5] == mid})
+            sorted({row[3] for row in s["stream_rows"] if row[5] == mid and row[2] == "applied"})
         if sorted(versions) != list(range(2, model["version"] + 1)):
             p.append(f"{mid}: write versions are not exactly 2..{model['version']}")
         want = 1

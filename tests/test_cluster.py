@@ -158,9 +158,11 @@ def collect(cl: Cluster, key: str, tenant_id: str, mids, drivers, producer, brok
     """What the traffic recorded and what every replica answers now, as plain data for ``check``."""
     clients = [r.client(key) for r in cl.replicas]
     c0 = clients[0]
+    published = broker.published()
     s = {"keys": c0.get("/v1/keys").json()["keys"], "models": {}, "views": {}, "status": {m: {} for m in mids},
          "events": list(producer.events), "stream_rows": _sql_rows(cl.url, tenant_id),
-         "results": [b for subj, b, h in broker.published() if subj.endswith(".results")],
+         "results": [b for subj, b, h in published if subj.endswith(".results")],
+         "dead": [b for subj, b, h in published if subj.endswith(".dead")],
          "http_learns": [x for d in drivers for x in d.learns], "http_unlearns": [x for d in drivers for x in d.unlearns],
          "http_uncertain": [x for d in drivers for x in d.uncertain],
          "checkpoints": [cp for d in drivers for cp in d.checkpoints], "proofs": {}}
@@ -264,6 +266,8 @@ def run_cluster(database_url: str, work: Path, profile: dict, seed: int | None =
                "http_writes_resolved_after_the_load": sum(d.resolved for d in drivers),
                "http_retries": dict(sum((d.retry_reasons for d in drivers), Counter())), "acked_events": len(snap["events"]),
                "event_results_published": len(snap["results"]),
+               "dead_letters": dict(Counter(b.get("type", "").rsplit("/", 1)[-1] + " " + str(b.get("detail"))[:120]
+                                            for b in snap["dead"])),
                "receipts": sum(len(m["receipts"]) for m in snap["models"].values()),
                "records": sum(m["model"]["n_records"] for m in snap["models"].values()),
                "checkpoints": len(snap["checkpoints"]), "consistency_proofs": len(snap["proofs"]),
