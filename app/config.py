@@ -71,6 +71,11 @@ class Settings(BaseSettings):
         1.0, ge=0, le=60, description="Seconds a successful API key check is reused in this process; a key revoked "
                                       "through another replica or the CLI is still accepted here for at most this "
                                       "long (revoking through this process applies at once); 0: off.")
+    idempotency_stale_seconds: float = Field(
+        300.0, gt=0, allow_inf_nan=False,
+        description="Seconds after which an Idempotency-Key claim whose request never answered (its process died) "
+                    "is taken over by a retry; until then the retry answers 409 idempotency-request-in-progress. "
+                    "Keep it above the longest request (OLU_REQUEST_DEADLINE_SECONDS plus database waits).")
 
     @field_validator("rate_limit", "rate_limit_burst", mode="before")
     @classmethod

@@ -120,7 +120,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     registry = ModelRegistry(cipher=cipher)
     metrics = Metrics()
     ctx = Context(settings, db, keyring, TenantService(db, cipher, settings.auth_cache_seconds),
-                  ModelService(db, registry, ReceiptIssuer(keyring), settings, metrics), IdempotencyStore(db), metrics,
+                  ModelService(db, registry, ReceiptIssuer(keyring), settings, metrics),
+                  IdempotencyStore(db, settings.idempotency_stale_seconds), metrics,
                   AuthFailureThrottle(settings.auth_failure_limit, settings.auth_failure_window,
                                       settings.auth_failure_max_addresses) if settings.auth_failure_limit else None)
 
