@@ -21,6 +21,14 @@ def create_model(client, dim: int = 4, **overrides) -> dict:
     return r.json()
 
 
+def learned_model(client, dim: int, n: int, **overrides) -> str:
+    """A new model (``create_model``) with ``n`` unit-ball records rec-0 .. rec-{n-1} learned; its id."""
+    mid = create_model(client, dim=dim, **overrides)["id"]
+    r = client.post(f"/v1/models/{mid}/learn", json={"examples": examples(unit_rows(n, dim))})
+    assert r.status_code == 200, r.text
+    return mid
+
+
 def examples(X: np.ndarray, prefix: str = "rec", start: int = 0) -> list[dict]:
     return [{"id": f"{prefix}-{start + i}", "x": x.tolist(), "y": float(i % 2)} for i, x in enumerate(X)]
 

@@ -16,7 +16,7 @@ import msgpack
 import pytest
 
 from .conftest import ADMIN_TOKEN, free_port, start_server
-from .helpers import create_model, examples, unit_rows
+from .helpers import create_model, learned_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -179,9 +179,7 @@ def fresh(server):
     """A tenant client and a model with 3 learned records."""
     _, key = server.new_tenant("strict")
     with server.client(key) as c:
-        mid = create_model(c, dim=2)["id"]
-        assert c.post(f"/v1/models/{mid}/learn", json={"examples": examples(unit_rows(3, 2))}).status_code == 200
-        yield c, mid
+        yield c, learned_model(c, dim=2, n=3)
 
 
 def test_booleans_and_strings_are_not_numbers(fresh):

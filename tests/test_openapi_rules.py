@@ -15,7 +15,7 @@ from referencing import Registry, Resource
 from app.openapi_dump import OUT
 from app.unlearning import ALGORITHMS
 
-from .helpers import create_model, examples, unit_rows
+from .helpers import create_model, examples, learned_model, unit_rows
 
 DOC = json.loads(OUT.read_text())
 _REGISTRY = Registry().with_resource("urn:olu", Resource.from_contents({**DOC, "$schema": "https://json-schema.org/draft/2020-12/schema"}))
@@ -83,9 +83,7 @@ def test_the_document_lists_the_families():
 @pytest.fixture
 def dense(tenant):
     _, c = tenant
-    mid = create_model(c, dim=2)["id"]
-    assert c.post(f"/v1/models/{mid}/learn", json={"examples": examples(unit_rows(4, 2))}).status_code == 200
-    return c, mid
+    return c, learned_model(c, dim=2, n=4)
 
 
 def test_x_and_features_are_exclusive(dense):
