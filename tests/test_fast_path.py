@@ -102,9 +102,10 @@ def test_numpy_path_until_the_kernels_load(monkeypatch):
     from app.unlearning.mechanism import fast_dgauss, noise
 
     monkeypatch.setattr(fast, "_kernel", None)
-    monkeypatch.setattr(fast, "_warming", True)  # as if the background compilation were still running
+    # as if the background compilation were still running (and none is started here)
+    monkeypatch.setattr(fast._background, "start", lambda: None)
     monkeypatch.setattr(fast_dgauss, "_ready", False)
-    monkeypatch.setattr(fast_dgauss, "_warming", True)
+    monkeypatch.setattr(fast_dgauss._background, "start", lambda: None)
     spec, cls = _spec("passive_olu", "logistic", {}, 3, 2.0)
     engine = cls(spec)
     assert not fast.supported(engine.schedule, engine.loss)

@@ -33,6 +33,7 @@ import numpy as np
 from ..maths.domain import project_l2_ball
 from ..maths.losses import Loss
 from ..maths.schedules import CappedStronglyConvex, ConstantStep, Schedule, StronglyConvex
+from .warmup import BackgroundCompile
 
 LOSS_CODES = {"logistic": 0, "squared": 1, "huber": 2}
 
@@ -134,37 +135,27 @@ def _compile():
     return _kernel
 
 
-_warm_lock = threading.Lock()
-_warming = False
+_compile_lock = threading.Lock()  # held while compiling: warm_up() in a thread waits for a running warm-up
+
+
+def _compile_locked():
+    with _compile_lock:
+        return _compile()
+
+
+_background = BackgroundCompile(_compile_locked, "olu-numba-warm-up")
 
 
 def warm_up_async() -> None:
     """Compile (or load from numba's cache) the kernel in a background thread, once per process, so that the first
     learn request does not pay for it.  A no-op without numba."""
-    global _warming
-    if numba is None or _warming:  # (checked before the lock: the warm-up thread holds it while compiling)
-        return
-    with _warm_lock:
-        if _warming:
-            return
-        _warming = True
-    global _warm_thread
-    _warm_thread = threading.Thread(target=_compile_locked, name="olu-numba-warm-up", daemon=True)
-    _warm_thread.start()
-
-
-_warm_thread: threading.Thread | None = None
+    if numba is not None:
+        _background.start()
 
 
 def warming() -> bool:
     """Whether ``warm_up_async``'s compilation still runs."""
-    t = _warm_thread
-    return t is not None and t.is_alive()
-
-
-def _compile_locked():
-    with _warm_lock:
-        return _compile()
+    return _background.running()
 
 
 def warm_up() -> None:
@@ -177,7 +168,10 @@ def warm_up() -> None:
 def ready() -> bool:
     """Whether the compiled kernels are loaded.  Until they are, every caller takes the numpy path (issue 23: no
     request waits for a compiler) and the first such caller starts the background compilation."""
-    return _kernel is not None
+    if _kernel is None:
+        warm_up_async()
+        return False
+    return True
 
 
 def available() -> bool:
@@ -224,10 +218,8 @@ def ogd_steps(theta: np.ndarray, X: np.ndarray, y: np.ndarray, clock0: int, sche
 def grid_noise_step(theta: np.ndarray, k: np.ndarray, grid: float, radius: float | None) -> np.ndarray:
     """Pi_K(g (round(theta / g) + k)) as a new array (no projection when radius is None): compiled when available,
     else numpy.  The release step of every noising family (release.add_discrete_noise)."""
-    kernel = _noise_kernel if _kernel is not None else None  # both set once the compilation has ended
-    if kernel is None and enabled and numba is not None:
-        warm_up_async()
-    if radius is not None and enabled and kernel is not None:
+    kernel = _noise_kernel if enabled and ready() else None  # both set once the compilation has ended
+    if radius is not None and kernel is not None:
         out = np.empty(theta.shape[0])
         try:
             kernel(theta, k, grid, radius, out)
@@ -251,7 +243,4 @@ def supported(schedule: Schedule, loss) -> bool:
     # exact map; tests/test_fast_path.py)
     if not (available() and type(loss) is Loss and loss.name in LOSS_CODES and schedule_params(schedule) is not None):
         return False
-    if _kernel is None:
-        warm_up_async()
-        return False
-    return True
+    return ready()

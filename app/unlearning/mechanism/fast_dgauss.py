@@ -28,6 +28,7 @@ import numpy as np
 
 from . import dgauss_kernel as kern
 from . import fast, noise
+from .warmup import BackgroundCompile
 
 try:  # pragma: no cover - depends on the environment
     if os.environ.get("OLU_NUMBA", "1").strip().lower() in ("0", "false", "no", "off"):
@@ -48,6 +49,7 @@ _compiled_release = None
 _compiled_discrete_release = None
 _lock = threading.Lock()
 
+
 def _compile():
     """Compile the kernels (dgauss_kernel.compile_kernels) once."""
     global _compiled, _compiled_release, _compiled_discrete_release
@@ -61,8 +63,6 @@ def _compile():
 
 
 _ready = False  # the three kernels are compiled (or loaded from the cache): until then callers take the pure path
-_warming = False
-_warm_thread: threading.Thread | None = None
 
 
 def warm_up() -> None:
@@ -84,23 +84,18 @@ def ready() -> bool:
     return _ready
 
 
+_background = BackgroundCompile(warm_up, "olu-numba-dgauss-warm-up")
+
+
 def warm_up_async() -> None:
     """``warm_up`` in a background thread, once per process, so that no forget pays for the compilation."""
-    global _warming, _warm_thread
-    if numba is None or _warming:
-        return
-    with _lock:
-        if _warming:
-            return
-        _warming = True
-    _warm_thread = threading.Thread(target=warm_up, name="olu-numba-dgauss-warm-up", daemon=True)
-    _warm_thread.start()
+    if numba is not None:
+        _background.start()
 
 
 def warming() -> bool:
     """Whether ``warm_up_async``'s compilation still runs."""
-    t = _warm_thread
-    return t is not None and t.is_alive()
+    return _background.running()
 
 
 def available() -> bool:
