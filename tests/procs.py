@@ -46,20 +46,14 @@ class ServiceProcess:
         log.close()
         return self
 
-    def wait_ready(self, timeout: float = 60.0) -> "ServiceProcess":
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited with {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"service did not become ready:\n{self.log_path.read_text()[-4000:]}")
-            time.sleep(0.05)
+    def wait_ready(self, timeout: float = 60.0, path: str = "/readyz") -> "ServiceProcess":
+        """Until ``path`` answers 200 (``/healthz``: alive, before the kernels are loaded); killed on time-out."""
+        try:
+            wait_for_200(self.url + path, self.proc, self.log_path, timeout)
+        except TimeoutError:
+            self.kill()
+            raise
+        return self
 
     def kill(self) -> None:
         """SIGKILL: no shutdown handler runs, exactly like a power cut of the process."""
@@ -84,6 +78,32 @@ class ServiceProcess:
             r = c.post("/v1/tenants", json={"name": name})
             assert r.status_code == 201, r.text
             return r.json()["id"], r.json()["api_key"]
+
+
+def wait_for_200(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = 60.0,
+                 poll: float = 0.05) -> None:
+    """Poll ``url`` until it answers 200.  RuntimeError with the log's tail if the process exits first,
+    TimeoutError (also with it) once ``timeout`` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"service exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} did not answer 200:\n{log_path.read_text()[-4000:]}")
+        time.sleep(poll)
+
+
+def assert_kernels_compiling(url: str) -> None:
+    """``/readyz`` is 503 only because the compiled kernels are still compiling (issue 23)."""
+    r = httpx.get(url + "/readyz", timeout=5)
+    checks = r.json()["checks"]
+    assert r.status_code == 503 and checks.pop("kernels") == "compiling", r.text
+    assert checks == {"database": "ok", "schema": "ok", "signing_key": "ok"}
 
 
 def service_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from .conftest import ADMIN_TOKEN
-from .procs import ServiceProcess, service_env
+from .procs import ServiceProcess, assert_kernels_compiling, service_env
 
 DIM = 16
 N = 1000
@@ -52,29 +52,6 @@ def _warm_parameters(tmp_path, rows: list[dict]) -> list[float]:
         return p["weights"] + [p["bias"]]
 
 
-def _wait_alive(svc: ServiceProcess, timeout: float = 60.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while True:
-        assert svc.proc.poll() is None, svc.log_path.read_text()[-4000:]
-        try:
-            if httpx.get(svc.url + "/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "the service did not answer /healthz"
-        time.sleep(0.05)
-
-
-def _assert_compiling(svc: ServiceProcess) -> None:
-    with svc.client() as anon:
-        r = anon.get("/readyz")
-    checks = r.json()["checks"]
-    assert r.status_code == 503 and checks.pop("kernels") == "compiling", r.text
-    assert checks == {"database": "ok", "schema": "ok", "signing_key": "ok"}
-
-
 def test_first_learn_on_an_empty_numba_cache_does_not_wait_for_the_compiler(tmp_path):
     from app.unlearning.mechanism import fast
 
@@ -86,8 +63,8 @@ def test_first_learn_on_an_empty_numba_cache_does_not_wait_for_the_compiler(tmp_
     rows = _examples()
     svc = ServiceProcess(env, tmp_path / "service.log").launch()
     try:
-        _wait_alive(svc)
-        _assert_compiling(svc)
+        svc.wait_ready(path="/healthz")
+        assert_kernels_compiling(svc.url)
         _, key = svc.new_tenant("cold")
         with svc.client(key) as c:
             mid = c.post("/v1/models", json=MODEL).json()["id"]
@@ -95,14 +72,14 @@ def test_first_learn_on_an_empty_numba_cache_does_not_wait_for_the_compiler(tmp_
             r = c.post(f"/v1/models/{mid}/learn", json={"examples": rows})
             seconds = time.perf_counter() - started
             assert r.status_code == 200, r.text
-            _assert_compiling(svc)  # still compiling after the answer: the learn did not wait for it
+            assert_kernels_compiling(svc.url)  # still compiling after the answer: the learn did not wait for it
             print(f"first {N}-example learn on an empty numba cache: {seconds:.3f} s (numpy path)")
             p = c.get(f"/v1/models/{mid}/parameters").json()
             cold = p["weights"] + [p["bias"]]
             # and a forget on the pure discrete Gaussian route, also without waiting
             f = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["r5"]})
             assert f.status_code == 200, f.text
-            _assert_compiling(svc)
+            assert_kernels_compiling(svc.url)
     finally:
         svc.stop()
     np.testing.assert_allclose(cold, _warm_parameters(tmp_path, rows), rtol=0, atol=1e-12)

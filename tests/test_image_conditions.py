@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -26,7 +25,7 @@ import pytest
 
 from .conftest import ADMIN_TOKEN, free_port
 from .helpers import create_model, unit_rows
-from .procs import REPO
+from .procs import REPO, assert_kernels_compiling, wait_for_200
 
 UID = 10001
 PREFIX = Path(sys.prefix).resolve()
@@ -75,20 +74,8 @@ def test_non_root_read_only_sources_empty_cache(tmp_path):
                                     stderr=subprocess.STDOUT)
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 90
-            while True:
-                assert proc.poll() is None, log.read_text()[-4000:]
-                try:
-                    if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, log.read_text()[-4000:]
-                time.sleep(0.1)
-            ready = httpx.get(url + "/readyz", timeout=5)
-            assert ready.status_code == 503 and ready.json()["checks"]["kernels"] == "compiling", ready.text
-            assert {k: v for k, v in ready.json()["checks"].items() if k != "kernels"} == {
-                "database": "ok", "schema": "ok", "signing_key": "ok"}
+            wait_for_200(url + "/healthz", proc, log, timeout=90, poll=0.1)
+            assert_kernels_compiling(url)
             admin = httpx.Client(base_url=url, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60)
             key = admin.post("/v1/tenants", json={"name": "image"}).json()["api_key"]
             with httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=60) as c:
