@@ -15,7 +15,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,22 +26,16 @@ import httpx
 import numpy as np
 import orjson
 
-from .common import stream
+from .common import free_port, stream
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN = os.environ.get("OLU_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 D = 64
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     def __init__(self, target: str, env: dict | None = None):
-        self.port = _port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
