@@ -11,7 +11,11 @@ JetStream and ``olu consume`` vs HTTP ingest; needs NATS at 127.0.0.1:4222), acc
 and after forgetting 1 record, 1 % and 10 % of the stream, every family, beside the exact retrain and river's single
 pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy.py),
 scale (aggregate learn events/s and predict requests/s for 1, 2, 4, 8 replicas or workers, servers and load
-generators pinned to separate cores; bench/scale.py), coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/coldstart.py).
+generators pinned to separate cores; bench/scale.py), coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/coldstart.py),
+scale_accuracy (held-out accuracy and cost per forget on a 1e5-record stream at deletion rates 1e-4, 1e-3, 1e-2,
+every family beside the exact retrain, and membership inference on the forgotten records; a full run rewrites
+the generated "Accuracy at scale" and "Membership inference after forgetting" parts of docs/accuracy.md and
+docs/membership.png; bench/scale_accuracy.py).
 """
 from __future__ import annotations
 
@@ -25,8 +29,9 @@ from .common import fmt_rate, fmt_time, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "accuracy")
-DEFAULT_SECTIONS = SECTIONS[:-3]  # the performance sections; scale, coldstart and accuracy run when named
+SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "accuracy",
+            "scale_accuracy")
+DEFAULT_SECTIONS = SECTIONS[:-4]  # the performance sections; scale, coldstart, accuracy, scale_accuracy run when named
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
@@ -218,7 +223,7 @@ def plots(res: dict, out: Path) -> list[Path]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
-                    help=f"comma-separated subset of {','.join(SECTIONS)} (default: all but accuracy)")
+                    help=f"comma-separated subset of {','.join(SECTIONS)} (default: the first {len(DEFAULT_SECTIONS)})")
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute or two")
     ap.add_argument("--backends", default="sqlite,postgresql", help="databases for the http and memory sections")
     ap.add_argument("--profile", action="store_true", help="record the service with py-spy during the http section")
@@ -263,6 +268,14 @@ def main(argv=None) -> None:
             # a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; --quick only with --docs
             made_acc = accuracy.write_docs(res["accuracy"], a.out, ROOT / "docs" if a.docs or not a.quick else None)
             print("wrote " + ", ".join(str(p) for p in made_acc))
+        elif name == "scale_accuracy":
+            from . import scale_accuracy
+            res["scale_accuracy"] = scale_accuracy.run(a.quick)
+            print("\n".join(scale_accuracy.table(res["scale_accuracy"])))
+            # like accuracy: a full run rewrites its generated parts of docs/accuracy.md; --quick only with --docs
+            made_sa = scale_accuracy.write_docs(res["scale_accuracy"], a.out,
+                                                ROOT / "docs" if a.docs or not a.quick else None)
+            print("wrote " + ", ".join(str(p) for p in made_sa))
         elif name == "stream":
             from . import stream
             res["stream"] = stream.run(a.quick, backends)

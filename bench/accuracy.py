@@ -714,12 +714,19 @@ def write_docs(r: dict[str, Any], out, docs=None) -> list:
             (docs / "accuracy.png").write_bytes((out / "accuracy.png").read_bytes())
             made.append(docs / "accuracy.png")
         doc = docs / "accuracy.md"
-        old = doc.read_text() if doc.exists() else f"# Accuracy that survives forgetting\n\n{BEGIN}\n{END}\n"
-        if BEGIN in old and END in old:
-            head, rest = old.split(BEGIN, 1)
-            tail = rest.split(END, 1)[1]
-        else:
-            head, tail = old + "\n", "\n"
-        doc.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
+        write_generated(doc, BEGIN, END, text)
         made.append(doc)
     return made
+
+
+def write_generated(doc, begin: str, end: str, text: str, heading: str = "") -> None:
+    """Replace what lies between the markers ``begin`` and ``end`` of ``doc`` by ``text``, keeping everything
+    around them; without the markers (or the file) append ``heading`` and the marked block at the end.  Each
+    generated part of docs/accuracy.md has its own pair (bench/accuracy.py, bench/scale_accuracy.py)."""
+    old = doc.read_text() if doc.exists() else "# Accuracy that survives forgetting\n"
+    if begin in old and end in old.split(begin, 1)[1]:
+        head, rest = old.split(begin, 1)
+        tail = rest.split(end, 1)[1]
+    else:
+        head, tail = old.rstrip("\n") + "\n\n" + heading, "\n"
+    doc.write_text(f"{head}{begin}\n{text}{end}{tail}")
