@@ -218,3 +218,17 @@ def test_forget_refuses_what_it_does_not_hold():
     with pytest.raises(ForgetError):
         e.forget([3], None)
     assert ALGORITHMS["sisa"] is SISA and SISA.needs_retained_data and SISA.supports_retrain
+
+
+def test_work_budget_counts_each_shard_once_per_request():
+    """A forget request replays each shard it touches once: k records cost at most min(k, S) shard replays, so the
+    retained-record cap the service derives is the retrain family's (one replay of everything), not less."""
+    from app.unlearning.families.retrain import RetrainOGD as Retrain
+
+    c = SISA.cost(SISA_SPEC := spec(shards=4, max_records=1000).with_hyperparameters(
+        {**SISA.normalize_hyperparameters(spec(shards=4)), "max_records": 1000}), 10)
+    assert c.forget_request(1) < c.forget_request(2) < c.forget_request(4) == c.forget_request(50) == c.forget_most
+    whole = Retrain.cost(ModelSpec("retrain", "logistic", 3, 1.0, 1.0, 2.0, 0.05, 1.0, 1e-6, 0.01747,
+                                   {"max_records": 1000}), 10).forget
+    assert whole <= c.forget_most <= 1.02 * whole  # one page query more per shard and c.forget_request(1) <= 0.26 * whole
+    assert SISA_SPEC.hyperparameters["shards"] == 4

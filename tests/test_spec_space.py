@@ -136,7 +136,7 @@ def hyperparameters(algorithm: str, draw) -> dict:
         hp["shards"] = draw(st.integers(1, 6))
         hp["slices"] = draw(st.integers(1, 5))
         if maybe():
-            hp["max_records"] = draw(st.integers(1, 50))
+            hp["max_records"] = draw(st.integers(6, 50))  # the walk learns up to 6 records: all must fit
     elif algorithm == "second_order_olu":
         hp["max_gd_steps"] = draw(st.integers(0, 40))
         hp["solver"] = draw(st.sampled_from(["auto", "direct", "cg"]))

@@ -115,15 +115,17 @@ class SISA(Unlearner):
     @classmethod
     def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
         """Learn: one OGD step per example.  Forget: read and replay one shard, at most ceil(N / S) records for
-        N = max_records (each further record of the request may sit in another shard).  Retrain: every shard,
-        N records.  Memory: the S (R + 1) shard models of the state, and a chunk of records."""
+        N = max_records (each further record of the request may sit in another shard, and a request replays each
+        shard at most once: at most every shard, S ceil(N / S) records).  Retrain: every shard.  Memory: the
+        S (R + 1) shard models of the state, and a chunk of records."""
         hp = spec.hyperparameters
         p, N = spec.n_params, int(hp.get("max_records") or batch)
         S, R = int(hp.get("shards", DEFAULT_SHARDS)), int(hp.get("slices", DEFAULT_SLICES))
         shard = math.ceil(N / S)
         replay = wb.read(shard, p, CHUNK_SIZE) + wb.ogd_steps(shard, p)
-        everything = wb.read(N, p, CHUNK_SIZE) + wb.ogd_steps(N, p)
+        everything = S * replay
         return wb.Cost(learn=wb.ogd_steps(batch, p), forget=replay, forget_each=replay, retrain=everything,
+                       forget_most=everything,
                        array_bytes=wb.F64 * max(p * S * (R + 1), (p + 1) * min(N, CHUNK_SIZE) * 2),
                        learn_fields=("dim",), forget_fields=("hyperparameters.max_records", "hyperparameters.shards",
                                                              "dim"),
