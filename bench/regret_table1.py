@@ -138,6 +138,9 @@ FAMILIES: tuple[Family, ...] = (
            "none (004 is a batch method)", None, "K b gradients  [004 Alg. 2]", CONST, block=True),
     Family("memory pair", "memory_pair", lambda T, k: {"capacity": max(k, 1)},
            "log T  [003, eta_t = 1/(lam t)]", LOG, "m d  [003: L-BFGS two-loop]", CONST),
+    Family("SISA (exact, sharded)", "sisa", lambda T, k: {},
+           "none (an ensemble of S OGD shards; the loss of its mean probability)", None,
+           "tau / S  [Bourtoule et al. 2021: one shard replayed]", LIN),
 )
 
 
@@ -155,7 +158,13 @@ def make_engine(fam: Family, dim: int, T: int, k: int, seed: int = SEED):
 
 
 def scored_losses(P: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """f_t(theta_t) for every row: the regularised logistic loss (declared l2 = MU), as Loss.losses computes it."""
+    """f_t(theta_t) for every row: the regularised logistic loss (declared l2 = MU), as Loss.losses computes it.
+    An ensemble's row holds its members (sisa): the log-loss of their mean class-1 probability (what it predicts),
+    plus the members' mean regulariser."""
+    if P.shape[1] != X.shape[1] + 1:
+        M = P.reshape(len(P), -1, X.shape[1] + 1)
+        p1 = np.mean(1.0 / (1.0 + np.exp(-np.einsum("ij,imj->im", augment(X), M))), axis=1)
+        return -np.log(np.where(y == 1, p1, 1.0 - p1)) + 0.5 * MU * np.mean(np.einsum("imj,imj->im", M, M), axis=1)
     s = np.einsum("ij,ij->i", augment(X), P)
     return np.logaddexp(0.0, s) - y * s + 0.5 * MU * np.einsum("ij,ij->i", P, P)
 
@@ -163,8 +172,8 @@ def scored_losses(P: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
 def run_stream(engine, X: np.ndarray, y: np.ndarray, events, block: bool) -> tuple[np.ndarray, list[float], list]:
     """Feed X, y; after step tau forget u (timed).  Returns (published model before each example, forget seconds,
     certificates)."""
-    T, d = X.shape
-    P = np.empty((T, d + 1))
+    T = len(X)
+    P = np.empty((T, engine.published().size))  # an ensemble publishes its members (sisa)
     alive = np.ones(T, dtype=bool)
     steps_all = np.arange(1, T + 1)
     needs = engine.needs_retained_data

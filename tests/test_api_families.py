@@ -21,6 +21,8 @@ FAMILIES = [
     ("descent_to_delete", {"variant": "distributed"}),
     ("memory_pair", {"capacity": 8}),
     ("rewind_to_delete", {"initial_size": 20, "T": 60, "K": 20, "m_max": 3, "learn_policy": "retrain"}),
+    ("sisa", {}),
+    ("sisa", {"shards": 3, "slices": 2}),
 ]
 
 
@@ -94,7 +96,7 @@ def _raw_database_bytes(server) -> bytes:
 
 
 DATA_HOLDING = [("retrain", {}), ("active_olu", {}), ("second_order_olu", {}), ("descent_to_delete", {}), ("memory_pair", {}),
-                ("rewind_to_delete", {"initial_size": 8, "T": 40, "K": 10, "m_max": 3})]
+                ("rewind_to_delete", {"initial_size": 8, "T": 40, "K": 10, "m_max": 3}), ("sisa", {"shards": 3})]
 
 
 @pytest.mark.parametrize("algorithm,hp", DATA_HOLDING, ids=[a for a, _ in DATA_HOLDING])

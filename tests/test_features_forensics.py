@@ -43,7 +43,7 @@ def _rows(secret: str) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("algorithm,hp", [("retrain", {}), ("active_olu", {}),
+@pytest.mark.parametrize("algorithm,hp", [("retrain", {}), ("active_olu", {}), ("sisa", {"shards": 3}),
                                           ("memory_pair", {"deletion_features": "client"})])
 def test_hashed_model_leaves_no_byte_of_the_dictionary_or_its_encoding(tmp_path, algorithm, hp):
     srv, handle = _sqlite_server(tmp_path)

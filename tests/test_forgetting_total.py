@@ -20,7 +20,7 @@ from .procs import ServiceProcess, service_env
 
 DIM = 4
 FAMILIES = [("active_olu", {}), ("descent_to_delete", {}), ("memory_pair", {}), ("retrain", {}),
-            ("rewind_to_delete", {"initial_size": 8, "T": 40, "K": 10, "m_max": 3})]
+            ("rewind_to_delete", {"initial_size": 8, "T": 40, "K": 10, "m_max": 3}), ("sisa", {"shards": 3})]
 IDS = [a for a, _ in FAMILIES]
 # the forgotten example: distinctive features and label (squared loss), and a distinctive raw id
 X_FORGET = [0.3141592653589793, -0.16180339887498948, 0.1414213562373095, 0.05772156649015329]

@@ -54,6 +54,8 @@ FAMILIES = [
     ("discard_and_restart", {}, True),  # every forget restarts from the data-independent initial state
     ("second_order_olu", {}, False),
     ("second_order_olu", {"solver": "cg"}, False),
+    ("sisa", {}, True),  # exact: the record's shard is recomputed without it
+    ("sisa", {"shards": 3, "slices": 4}, True),
 ]
 
 # ids, times, signatures and values keyed by per-tenant secrets differ between any two runs, whatever the data

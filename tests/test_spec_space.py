@@ -132,6 +132,11 @@ def hyperparameters(algorithm: str, draw) -> dict:
         hp["variant"] = draw(st.sampled_from(["convex", "strongly_convex"]))
         if maybe():
             hp["lambda"] = draw(positive())
+    elif algorithm == "sisa":
+        hp["shards"] = draw(st.integers(1, 6))
+        hp["slices"] = draw(st.integers(1, 5))
+        if maybe():
+            hp["max_records"] = draw(st.integers(6, 50))  # the walk learns up to 6 records: all must fit
     elif algorithm == "second_order_olu":
         hp["max_gd_steps"] = draw(st.integers(0, 40))
         hp["solver"] = draw(st.sampled_from(["auto", "direct", "cg"]))

@@ -12,7 +12,7 @@ from .common import (_OmitNone)
 class Mechanism(_OmitNone):
     # a receipt is returned exactly as signed: grid/rounding/restart appear only where the signed body has them
     # (exact mechanisms and receipts issued before the discrete mechanism have neither)
-    _omit = ("grid", "rounding", "restart")
+    _omit = ("grid", "rounding", "restart", "shard", "from_slice", "records_replayed")
     type: str = Field(description="discrete_gaussian (discrete Gaussian noise on a grid, into the state) or exact "
                                   "(restart / retrain); receipts issued before the discrete mechanism say gaussian.")
     sigma: float
@@ -29,6 +29,13 @@ class Mechanism(_OmitNone):
                                                    "records it still holds) and a new ledger epoch began.  The "
                                                    "other records of the same request are forgotten by the same "
                                                    "restart.")
+    shard: int | None = Field(None, description="exact forgets of a sharded model (sisa) only: the shard that held the "
+                                                "record, recomputed without it.")
+    from_slice: int | None = Field(None, description="sisa only: the slice of that shard from whose checkpoint the "
+                                                     "recomputation started (0: from the start).")
+    records_replayed: int | None = Field(None, description="sisa only: the retained records the recomputation "
+                                                           "replayed (the work done; the retrain family replays "
+                                                           "every record held).")
 
 
 class ReceiptGuarantee(BaseModel):

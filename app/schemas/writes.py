@@ -121,11 +121,18 @@ class PredictResponse(_OmitNone):
 
 
 class Parameters(_OmitNone):
-    _omit = ("shape", "classes")
+    _omit = ("shape", "classes", "ensemble")
     version: int
     weights: list[float] = Field(description="The weights; softmax: the K x (d + 1) matrix in row-major order "
-                                             "(row k = class k's d weights, then its bias).")
-    bias: float | None = Field(description="The bias; null for softmax (each row of the matrix ends with its bias).")
+                                             "(row k = class k's d weights, then its bias); an ensemble (sisa): "
+                                             "its members' parameters one after the other, each as above.")
+    bias: float | None = Field(description="The bias; null where `shape` is given (each row of the matrix ends with "
+                                           "its bias).")
     published_at: UtcDatetime | None
-    shape: list[int] | None = Field(None, description="Softmax models only: [K, d + 1].")
+    shape: list[int] | None = Field(None, description="Softmax models: [K, d + 1]; ensembles (sisa): the number of "
+                                                      "members first, [S, d + 1] or [S, K, d + 1].")
     classes: list[str] | None = Field(None, description="Softmax models with declared class names only.")
+    ensemble: str | None = Field(None, description="Ensembles only (sisa): how predictions combine the members: "
+                                                   "`mean_output`, the mean of their outputs (class-1 probability, "
+                                                   "class probabilities or value), then the label or class of that "
+                                                   "mean.")

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import Problem
 from ..registry import (loss_for, published_array, spec_from_json)
+from ..unlearning import InputError, engine_class
 from .model_core import (UseCase, _PREDICT_COLUMNS)
 
 
@@ -43,11 +44,11 @@ class Prediction(UseCase):
                         f"examples (it has {ledger.get('n_inserts')}); its inference gate is on.")
             theta = published_array(found[2])
             theta.setflags(write=False)  # shared by later requests
-            published = (spec, theta, loss_for(spec), gate)
+            published = (spec, theta, loss_for(spec), gate, engine_class(spec.algorithm))
             if len(self._published) >= 1024:
                 self._published.clear()
             self._published[(model_id, version)] = published
-        spec, theta, loss, gate = published
+        spec, theta, loss, gate, family = published
         dim = spec.dim
         if gate is not None:
             raise Problem(409, "inference-not-ready", gate)
@@ -58,29 +59,22 @@ class Prediction(UseCase):
         Xa = np.asarray(X, dtype=np.float64)
         if Xa.ndim != 2 or Xa.shape[1] != dim:
             raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
-        if loss.n_out > 1:  # softmax: K scores per input (losses.py)
-            return self._predict_classes(loss, theta, Xa, spec.classes, version)
-        with np.errstate(over="ignore", invalid="ignore"):
-            scores = Xa @ theta[:-1] + theta[-1]
-        if not np.all(np.isfinite(scores)):  # would not serialise as JSON (was a 500)
-            raise Problem(422, "out-of-bounds-input", "Feature values too large to score.")
-        return {"predictions": loss.predict(scores).tolist(), "scores": loss.score_output(scores).tolist(),
-                "version": version}
+        try:  # the family's own reading of its published parameters (one model, or an ensemble's mean)
+            pred, out = family.predict_published(spec, loss, theta, Xa)
+        except InputError as e:  # scores that would not serialise as JSON (was a 500)
+            raise Problem(422, e.code, str(e)) from None
+        if out.ndim == 2:  # softmax: K probabilities per input (losses.py)
+            return self._predict_classes(pred, out, spec.classes, version)
+        return {"predictions": pred.tolist(), "scores": out.tolist(), "version": version}
 
     @staticmethod
-    def _predict_classes(loss, theta, Xa, names, version: int) -> dict[str, Any]:
+    def _predict_classes(pred, probs, names, version: int) -> dict[str, Any]:
         """Softmax: the class index (and name, if declared), its probability and all K class probabilities."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            scores = loss.linear_scores(theta, Xa)
-            probs = loss.score_output(scores) if np.all(np.isfinite(scores)) else scores
-        if not np.all(np.isfinite(probs)):
-            raise Problem(422, "out-of-bounds-input", "Feature values too large to score.")
-        pred = np.argmax(probs, axis=1)
-        out = {"predictions": pred.astype(np.float64).tolist(),
-               "scores": probs[np.arange(len(pred)), pred].tolist(), "version": version,
-               "probabilities": probs.tolist()}
+        index = pred.astype(np.int64)
+        out = {"predictions": pred.tolist(), "scores": probs[np.arange(len(index)), index].tolist(),
+               "version": version, "probabilities": probs.tolist()}
         if names is not None:
-            out["classes"] = [names[k] for k in pred.tolist()]
+            out["classes"] = [names[k] for k in index.tolist()]
         return out
 
     def parameters(self, tenant_id: str, model_id: str) -> dict[str, Any]:
@@ -90,10 +84,12 @@ class Prediction(UseCase):
         if not np.all(np.isfinite(theta)):  # never served as null weights (stored before the finite guard)
             raise Problem(409, "non-finite-result", "The model's stored parameters are not finite numbers; "
                                                     "retrain or delete the model.")
-        spec = json.loads(row.spec_json)
-        if spec.get("n_classes"):  # K outputs (stored for softmax only): the K x (d + 1) matrix, row-major (losses.py)
+        spec = spec_from_json(row.spec_json)
+        family = engine_class(spec.algorithm)
+        shape = list(family.published_shape(spec))
+        if len(shape) > 1:  # a matrix (softmax: K x (d + 1); an ensemble: its members first), row-major
             return {"version": row.version, "weights": theta.tolist(), "bias": None,
-                    "published_at": row.published_at, "shape": [spec["n_classes"], spec["dim"] + 1],
-                    "classes": spec.get("classes")}
+                    "published_at": row.published_at, "shape": shape, "classes": spec.classes and list(spec.classes),
+                    "ensemble": family.published_ensemble(spec)}
         return {"version": row.version, "weights": theta[:-1].tolist(), "bias": float(theta[-1]),
                 "published_at": row.published_at}

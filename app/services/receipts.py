@@ -39,7 +39,13 @@ def mechanism_fields(cert: Certificate) -> dict[str, Any]:
         out["rounding"] = ROUNDING
     if is_restart(cert):  # this forget discarded the whole learned state (exact); a new ledger epoch begins
         out["restart"] = True
+    for name in SHARD_WORK:  # an exact forget that recomputed one shard: which, and the work done
+        if name in cert.details:
+            out[name] = int(cert.details[name])
     return out
+
+
+SHARD_WORK = ("shard", "from_slice", "records_replayed")
 
 
 def is_restart(cert: Certificate) -> bool:

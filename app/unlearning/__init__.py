@@ -15,11 +15,12 @@ from .families.restart import PassiveOLURestart
 from .families.retrain import RetrainOGD
 from .families.rewind import RewindToDelete
 from .families.second_order import SecondOrderOLU
+from .families.sisa import SISA
 from .mechanism.noise import NoiseSource, SecureGaussianNoise, SeededNoise
 
 ALGORITHMS: dict[str, type[Unlearner]] = {
     cls.algorithm: cls for cls in (PassiveOLU, PassiveOLURestart, ActiveOLU, RetrainOGD, DescentToDelete, RewindToDelete,
-                               MemoryPair, DiscardAndRestart, OnlineDPTree, SecondOrderOLU)
+                               MemoryPair, DiscardAndRestart, OnlineDPTree, SecondOrderOLU, SISA)
 }
 
 

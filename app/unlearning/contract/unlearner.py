@@ -265,13 +265,34 @@ class Unlearner(ABC):
     def validate_examples(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
         return validate_examples(self.spec, self.loss, X, y)
 
-    def predict_scores(self, X: np.ndarray) -> np.ndarray:
-        return self.loss.linear_scores(self.published(), X)
+    # ---- prediction from the published parameters alone (the service predicts without loading the engine) -----
+    @classmethod
+    def published_shape(cls, spec: ModelSpec) -> tuple[int, ...]:
+        """The shape of ``published()``: (d + 1,), or (K, d + 1) for softmax; an ensemble adds its members first."""
+        return (spec.n_classes, spec.dim + 1) if spec.loss == "softmax" else (spec.dim + 1,)
+
+    @classmethod
+    def published_ensemble(cls, spec: ModelSpec) -> str | None:
+        """How predictions combine the members when ``published()`` holds several models (``published_shape``'s
+        first axis): "mean_output"; None for one model."""
+        return None
+
+    @classmethod
+    def predict_published(cls, spec: ModelSpec, loss: Any, published: np.ndarray,
+                          X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(predictions, outputs) of the raw features X from the published parameters: the outputs are what the API
+        calls scores (logistic: the class-1 probability; softmax: the n x K class probabilities; otherwise the
+        value).  InputError (out-of-bounds-input) when the scores are not finite numbers."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            scores = loss.linear_scores(published, X)
+            out = loss.score_output(scores) if np.all(np.isfinite(scores)) else scores
+        if not np.all(np.isfinite(out)):
+            raise InputError("Feature values too large to score.", code="out-of-bounds-input")
+        return (np.argmax(out, axis=1).astype(np.float64) if out.ndim == 2 else loss.predict(scores)), out
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(predictions, scores) from the published parameters only."""
-        scores = self.predict_scores(X)
-        return self.loss.predict(scores), self.loss.score_output(scores)
+        return self.predict_published(self.spec, self.loss, self.published(), np.asarray(X, dtype=np.float64))
 
 
 def validate_examples(spec: ModelSpec, loss: Any, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -250,6 +250,15 @@ class Loss:
             return (scores > 0).astype(np.float64)
         return scores
 
+    def predict_output(self, out: np.ndarray) -> np.ndarray:
+        """The prediction from an output of ``score_output`` (or a mean of several: an ensemble's): the class of
+        largest probability (softmax), class 1 when its probability is above 1/2 (logistic), the value otherwise."""
+        if self.name == "softmax":
+            return np.argmax(out, axis=1).astype(np.float64)
+        if self.name == "logistic":
+            return (out > 0.5).astype(np.float64)
+        return out
+
     def score_output(self, scores: np.ndarray) -> np.ndarray:
         """What the API calls 'scores': class-1 probability for logistic, the raw value otherwise; softmax: the
         class probabilities (n x K)."""

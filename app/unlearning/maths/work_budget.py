@@ -65,7 +65,8 @@ class Cost:
 
     ``learn``: one learn of the batch; ``forget``: one forget of one record; ``forget_each``: each further record
     in the same forget request; ``retrain``: one exact retrain; ``array_bytes``: the largest single array;
-    ``solve``: the side of the largest dense matrix factorised (0: none).  The ``*_fields`` name the spec fields
+    ``solve``: the side of the largest dense matrix factorised (0: none); ``forget_most``: the most any forget
+    request can take, whatever its size (sisa: every shard replayed once).  The ``*_fields`` name the spec fields
     that drive each figure (API paths, most influential first)."""
 
     learn: float
@@ -78,10 +79,11 @@ class Cost:
     forget_fields: tuple[str, ...] = ("dim",)
     memory_fields: tuple[str, ...] = ("dim",)
     hint: str = ""  # appended to a refusal: what else would bring the figure down
+    forget_most: float = math.inf
 
     def forget_request(self, k: int) -> float:
         """One forget request of k records."""
-        return self.forget + max(0, k - 1) * self.forget_each
+        return min(self.forget + max(0, k - 1) * self.forget_each, self.forget_most)
 
 
 @dataclass(frozen=True)
