@@ -739,8 +739,9 @@ def write_docs(r: dict[str, Any], out, docs=None) -> list:
     out.mkdir(parents=True, exist_ok=True)
     scale, mia = "\n".join(markdown_scale(r)) + "\n", "\n".join(markdown_mia(r)) + "\n"
     (out / "scale_accuracy.md").write_text(scale + "\n" + mia)
-    (out / "scale_accuracy.json").write_text(json.dumps(r, indent=1, default=str) + "\n")
-    made = [out / "scale_accuracy.md", out / "scale_accuracy.json"]
+    saved = out / ("scale_accuracy_quick.json" if r.get("quick") else "scale_accuracy.json")  # --merge reads the full one
+    saved.write_text(json.dumps(r, indent=1, default=str) + "\n")
+    made = [out / "scale_accuracy.md", saved]
     if plot(r, out / "membership.png"):
         made.append(out / "membership.png")
     if docs is not None:
