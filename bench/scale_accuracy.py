@@ -488,6 +488,7 @@ def run(quick: bool, families: list[str] | None = None, log=print) -> dict[str, 
         if d["loss"] == "logistic" and "sisa" in ALGORITHMS and (families is None or "sisa" in families):
             out["sisa_sweep"] = {"dataset": d["name"], "rows": sisa_sweep(d, quick, log)}
     out["seconds"] = time.perf_counter() - t_all
+    out["measured"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out["targets"] = targets(out)
     return out
 
@@ -600,13 +601,14 @@ COMMAND = "python -m bench --sections scale_accuracy"
 
 
 def markdown_scale(r: dict[str, Any]) -> list[str]:
-    lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{COMMAND}` in {r['seconds'] / 60:.0f} "
+    when = r.get("measured") or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    lines = [f"Measured {when} by `{COMMAND}` in {r['seconds'] / 60:.0f} "
              f"minutes; epsilon = {r['epsilon']:g}, delta = {r['delta']:g} (rho = {r['rho']:.4g}), domain_radius = "
              f"{r['spec_fields']['domain_radius']:g}, l2 = {r['spec_fields']['l2']:g}; one noise seed. Cells: held-out "
              "accuracy (gap to the exact retrain in points); **=** computed by the checked exact equivalent (the "
              "family's timed forgets published exactly what the same family learned on the masked stream publishes); "
              "µs/forget: median wall time of `forget` over the *timed* forgets; × retrain: against the `retrain` "
-             "family's median at the same n.", ""]
+             "family's median at the same n. ![accuracy at scale](accuracy_scale.png)", ""]
     for name, d in r["datasets"].items():
         cols = columns(d)
         ks = ", ".join(f"{k} = {v}" for k, v in d["ks"].items())
@@ -722,6 +724,52 @@ def plot(r: dict[str, Any], path) -> bool:
     return True
 
 
+def plot_scale(r: dict[str, Any], path) -> bool:
+    """Per data set: held-out accuracy after forgetting at each rate (end and during) beside the exact retrain,
+    and the cost per forget (log scale)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover
+        return False
+    names = list(r["datasets"])
+    if not names:
+        return False
+    fig, axes = plt.subplots(len(names), 2, figsize=(15, 4.2 * len(names)), squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 1]})
+    for (ax, cx), name in zip(axes, names):
+        d = r["datasets"][name]
+        fams = [f for f, v in d["families"].items() if "skipped" not in v]
+        cols = columns(d)[1:]
+        w = 0.8 / len(cols)
+        for k, c in enumerate(cols):
+            ax.bar([i + (k - (len(cols) - 1) / 2) * w for i in range(len(fams))],
+                   [d["families"][f].get(c, 0.0) for f in fams], w, label=c, color=f"C{k}",
+                   alpha=1.0 if c.startswith("end") else 0.55)
+        ax.axhline(d["reference"]["before"], color="k", ls="--", lw=1, label="exact retrain")
+        ax.set_xticks(range(len(fams)), fams, rotation=20, ha="right", fontsize=8)
+        ax.set_ylim(0.0, 1.15)  # room above 1 for the legend
+        ax.set_ylabel("held-out accuracy")
+        ax.set_title(f"{name}: after forgetting at each deletion rate, after the stream (end) and during it "
+                     f"(epsilon = {r['epsilon']:g}); a missing bar: not measured", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7, ncol=7, loc="upper center")
+        costs = [(f, d["families"][f].get("forget_us_median")) for f in fams]
+        costs = [(f, v) for f, v in costs if v]
+        cx.barh([f for f, _ in costs], [v for _, v in costs], color="C7")
+        cx.set_xscale("log")
+        cx.set_xlabel("µs per forget (median)")
+        cx.tick_params(axis="y", labelsize=8)
+        cx.invert_yaxis()
+        cx.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
 SCALE_INTRO = ("Regenerate with `python -m bench --sections scale_accuracy` (the protocol is the docstring of "
                "[bench/scale_accuracy.py](../bench/scale_accuracy.py); `--quick` is a smoke run at 3 000 records that "
                "writes under bench/results/ only).")
@@ -742,13 +790,15 @@ def write_docs(r: dict[str, Any], out, docs=None) -> list:
     saved = out / ("scale_accuracy_quick.json" if r.get("quick") else "scale_accuracy.json")  # --merge reads the full one
     saved.write_text(json.dumps(r, indent=1, default=str) + "\n")
     made = [out / "scale_accuracy.md", saved]
-    if plot(r, out / "membership.png"):
-        made.append(out / "membership.png")
+    for name, draw in (("membership.png", plot), ("accuracy_scale.png", plot_scale)):
+        if draw(r, out / name):
+            made.append(out / name)
     if docs is not None:
         docs = Path(docs)
-        if (out / "membership.png").exists():
-            (docs / "membership.png").write_bytes((out / "membership.png").read_bytes())
-            made.append(docs / "membership.png")
+        for name in ("membership.png", "accuracy_scale.png"):
+            if (out / name).exists():
+                (docs / name).write_bytes((out / name).read_bytes())
+                made.append(docs / name)
         doc = docs / "accuracy.md"
         write_generated(doc, SCALE_BEGIN, SCALE_END, scale, f"## Accuracy at scale\n\n{SCALE_INTRO}\n\n")
         write_generated(doc, MIA_BEGIN, MIA_END, mia, "## Membership inference after forgetting\n\n")
