@@ -95,42 +95,42 @@ def check_forget_steps(steps: Sequence[int], t: int, retained: RetainedData | No
     return steps
 
 
-class RetrainOGD(OGDIterate, Unlearner):
-    algorithm = "retrain"
+class ExactOGD(Unlearner):
+    """What the exact families built on projected OGD share (retrain; sisa, one OGD per shard): the data kept, the
+    passive schedule eta_t = min(1/(mu t), 2/(beta+mu)) from theta = 0, the hyperparameters (``schedule``,
+    ``huber_delta``, and the family's ``OWN_HYPERPARAMETERS``), the calibration checks, the public constants and a
+    ledger with nothing to spend (rho = 0).  Subclasses call ``start_ogd`` in ``__init__``."""
+
     accounting = "per_update"
     needs_retained_data = True
     supports_retrain = True
     guarantee_definition = "exact unlearning (rho = 0)"
-    guarantee_words = (
-        "After the deletion the model is recomputed without the record: what it publishes is exactly what the "
-        "same algorithm would have published had the record never been learned."
-    )
+    OWN_HYPERPARAMETERS: tuple[str, ...] = ()
 
-    def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
-        super().__init__(spec, noise)
+    def start_ogd(self, spec: ModelSpec) -> dict[str, Any]:
         hp = self.normalize_hyperparameters(spec)
         self.hp = hp
         self.declare_loss(hp)
         self.schedule: Schedule = CappedStronglyConvex(self.mu, self.beta)
         self.chunk_size = CHUNK_SIZE
-        self.theta = np.zeros(spec.n_params)
         self.t = 0
         self.n_deletions = 0
         self.epoch = 0
+        return hp
 
     @classmethod
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
         hp = dict(spec.hyperparameters)
-        unknown = set(hp) - {"schedule", "huber_delta"}
+        unknown = set(hp) - {"schedule", "huber_delta", *cls.OWN_HYPERPARAMETERS}
         if unknown:
             raise SpecError(f"unknown hyperparameters for {cls.algorithm}: {', '.join(sorted(unknown))}")
         hp.setdefault("schedule", "strongly_convex_capped")
         if hp["schedule"] not in SCHEDULES:
-            raise SpecError(f"schedule must be one of {', '.join(SCHEDULES)}")
+            raise SpecError(f"schedule must be one of {', '.join(SCHEDULES)}", fields=("hyperparameters.schedule",))
         if spec.loss == "huber":
             hp.setdefault("huber_delta", 1.0)
         if not spec.l2 > 0:
-            raise SpecError(f"{cls.algorithm} needs l2 > 0 (strong convexity mu = l2)")
+            raise SpecError(f"{cls.algorithm} needs l2 > 0 (strong convexity mu = l2)", fields=("l2",))
         return hp
 
     @classmethod
@@ -143,6 +143,29 @@ class RetrainOGD(OGDIterate, Unlearner):
         step = checks.squared("eta_1 L", eta_1 * eng.L, "bounds.x_norm", "l2", "domain_radius")
         checks.squared("update_norm", update_norm_bound(spec.domain_radius, step), "domain_radius", "bounds.x_norm")
 
+    def records_held(self) -> int:
+        return self.t - self.n_deletions
+
+    def constants(self) -> dict[str, float]:
+        return {"L": self.L, "beta": self.beta, "mu": self.mu, "D": 2.0 * self.spec.domain_radius}
+
+    def ledger(self) -> dict[str, Any]:
+        return {"accounting": self.accounting, "rho_spent": 0.0, "rho_budget": None,
+                "capacity_total": None, "capacity_left": None, "deletions": self.n_deletions}
+
+
+class RetrainOGD(OGDIterate, ExactOGD):
+    algorithm = "retrain"
+    guarantee_words = (
+        "After the deletion the model is recomputed without the record: what it publishes is exactly what the "
+        "same algorithm would have published had the record never been learned."
+    )
+
+    def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
+        super().__init__(spec, noise)
+        self.start_ogd(spec)
+        self.theta = np.zeros(spec.n_params)
+
     @classmethod
     def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
         """Learn: one OGD step per example.  Forget and retrain: read every kept record and replay OGD over them
@@ -153,9 +176,6 @@ class RetrainOGD(OGDIterate, Unlearner):
                        array_bytes=wb.F64 * (p + 1) * min(N, CHUNK_SIZE) * 2,
                        learn_fields=("dim",), forget_fields=("hyperparameters.max_records", "dim"))
 
-    def records_held(self) -> int:
-        return self.t - self.n_deletions
-
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         return {"theta": self.theta.copy(), "t": self.t, "n_deletions": self.n_deletions, "epoch": self.epoch}
@@ -165,13 +185,6 @@ class RetrainOGD(OGDIterate, Unlearner):
         self.t = int(state["t"])
         self.n_deletions = int(state["n_deletions"])
         self.epoch = int(state["epoch"])
-
-    def constants(self) -> dict[str, float]:
-        return {"L": self.L, "beta": self.beta, "mu": self.mu, "D": 2.0 * self.spec.domain_radius}
-
-    def ledger(self) -> dict[str, Any]:
-        return {"accounting": self.accounting, "rho_spent": 0.0, "rho_budget": None,
-                "capacity_total": None, "capacity_left": None, "deletions": self.n_deletions}
 
     # ---- unlearning -------------------------------------------------------------------------------
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:

@@ -31,12 +31,11 @@ import numpy as np
 from ..contract.certificate import Certificate
 from ..contract.errors import SpecError
 from ..contract.spec import ModelSpec
-from ..contract.unlearner import RetainedData, Unlearner
+from ..contract.unlearner import RetainedData
 from ..maths import work_budget as wb
 from ..maths.losses import Loss, augment
-from ..maths.schedules import CappedStronglyConvex, Schedule
 from ..mechanism.noise import NoiseSource
-from .retrain import CHUNK_SIZE, SCHEDULES, RetrainOGD, check_forget_steps, ogd_steps
+from .retrain import CHUNK_SIZE, ExactOGD, check_forget_steps, ogd_steps
 
 # Defaults measured with ``python -m bench --sections scale_accuracy`` (docs/accuracy.md, "SISA defaults").
 DEFAULT_SHARDS = 8
@@ -47,12 +46,9 @@ MAX_SLICES = 1024
 UNCAPPED_SLICE_LENGTH = 1024
 
 
-class SISA(Unlearner):
+class SISA(ExactOGD):
     algorithm = "sisa"
-    accounting = "per_update"
-    needs_retained_data = True
-    supports_retrain = True
-    guarantee_definition = "exact unlearning (rho = 0)"
+    OWN_HYPERPARAMETERS = ("shards", "slices")
     guarantee_words = (
         "After the deletion the shard that held the record is recomputed without it from the checkpoint before the "
         "record's slice: what the model publishes is exactly what it would have published had the record never "
@@ -61,22 +57,15 @@ class SISA(Unlearner):
 
     def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
         super().__init__(spec, noise)
-        hp = self.normalize_hyperparameters(spec)
-        self.hp = hp
-        self.declare_loss(hp)
-        self.schedule: Schedule = CappedStronglyConvex(self.mu, self.beta)
+        hp = self.start_ogd(spec)
         self.shards = int(hp["shards"])
         self.slice_length = self.slice_length_of(spec.hyperparameters.get("max_records"), self.shards,
                                                  int(hp["slices"]))
-        self.chunk_size = CHUNK_SIZE
         p = spec.n_params
         self.thetas = np.zeros((self.shards, p))
         # checkpoints[s][r - 1]: shard s's model after its first r * slice_length positions (the start of slice r)
         self.checkpoints: list[list[np.ndarray]] = [[] for _ in range(self.shards)]
         self.deleted = np.zeros(0, dtype=np.int64)  # forgotten global steps, sorted (never read again)
-        self.t = 0
-        self.n_deletions = 0
-        self.epoch = 0
 
     @staticmethod
     def slice_length_of(max_records: Any, shards: int, slices: int) -> int:
@@ -86,13 +75,7 @@ class SISA(Unlearner):
 
     @classmethod
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
-        hp = dict(spec.hyperparameters)
-        unknown = set(hp) - {"schedule", "huber_delta", "shards", "slices"}
-        if unknown:
-            raise SpecError(f"unknown hyperparameters for {cls.algorithm}: {', '.join(sorted(unknown))}")
-        hp.setdefault("schedule", "strongly_convex_capped")
-        if hp["schedule"] not in SCHEDULES:
-            raise SpecError(f"schedule must be one of {', '.join(SCHEDULES)}", fields=("hyperparameters.schedule",))
+        hp = super().normalize_hyperparameters(spec)
         for key, default, top in (("shards", DEFAULT_SHARDS, MAX_SHARDS), ("slices", DEFAULT_SLICES, MAX_SLICES)):
             v = hp.setdefault(key, default)
             if isinstance(v, float) and v.is_integer():
@@ -100,17 +83,7 @@ class SISA(Unlearner):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= int(v) <= top:
                 raise SpecError(f"{key} must be an integer in [1, {top}]", fields=(f"hyperparameters.{key}",))
             hp[key] = int(v)
-        if spec.loss == "huber":
-            hp.setdefault("huber_delta", 1.0)
-        if not spec.l2 > 0:
-            raise SpecError(f"{cls.algorithm} needs l2 > 0 (strong convexity mu = l2)", fields=("l2",))
         return hp
-
-    @classmethod
-    def check_calibration(cls, spec: ModelSpec) -> None:
-        """The retrain family's checks: each shard is its OGD (loss constants, eta_1 L and the update norm finite);
-        the ensemble's mean of outputs is a mean of finite numbers."""
-        RetrainOGD.check_calibration.__func__(cls, spec)
 
     @classmethod
     def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
@@ -130,9 +103,6 @@ class SISA(Unlearner):
                        learn_fields=("dim",), forget_fields=("hyperparameters.max_records", "hyperparameters.shards",
                                                              "dim"),
                        memory_fields=("hyperparameters.shards", "hyperparameters.slices", "dim"))
-
-    def records_held(self) -> int:
-        return self.t - self.n_deletions
 
     # ---- where a step lives --------------------------------------------------------------------------------------
     def shard_of(self, step: int) -> int:
@@ -174,13 +144,6 @@ class SISA(Unlearner):
         self.deleted = np.asarray(state["deleted"], dtype=np.int64).copy()
         self.n_deletions = int(state["n_deletions"])
         self.epoch = int(state["epoch"])
-
-    def constants(self) -> dict[str, float]:
-        return {"L": self.L, "beta": self.beta, "mu": self.mu, "D": 2.0 * self.spec.domain_radius}
-
-    def ledger(self) -> dict[str, Any]:
-        return {"accounting": self.accounting, "rho_spent": 0.0, "rho_budget": None,
-                "capacity_total": None, "capacity_left": None, "deletions": self.n_deletions}
 
     @property
     def step(self) -> int:
