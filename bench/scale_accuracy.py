@@ -680,13 +680,21 @@ def markdown_mia(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plot(r: dict[str, Any], path) -> bool:
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend, or None without matplotlib."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:  # pragma: no cover
+        return None
+    return plt
+
+
+def plot(r: dict[str, Any], path) -> bool:
+    plt = _pyplot()
+    if plt is None:  # pragma: no cover
         return False
     names = list(r["datasets"])
     if not names:
@@ -727,12 +735,8 @@ def plot(r: dict[str, Any], path) -> bool:
 def plot_scale(r: dict[str, Any], path) -> bool:
     """Per data set: held-out accuracy after forgetting at each rate (end and during) beside the exact retrain,
     and the cost per forget (log scale)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover
+    plt = _pyplot()
+    if plt is None:  # pragma: no cover
         return False
     names = list(r["datasets"])
     if not names:
