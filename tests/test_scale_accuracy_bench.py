@@ -98,3 +98,15 @@ def test_masked_retained_matches_the_array_store():
     dead = int(steps[:40][~alive[:40]][0])
     with pytest.raises(KeyError):
         m.get([dead])
+
+
+def test_sisa_shards_on_the_small_real_streams():
+    """The small-stream side of the sisa defaults: S = 1 is one model (the retrain family's OGD); every row is a
+    real accuracy of a real learned ensemble, and the docs table compares each S with S = 1."""
+    rows = S.sisa_small_streams(quick=True, log=lambda *_: None)
+    assert [r["shards"] for r in rows] == [1, 8] and len({r["dataset"] for r in rows}) == 1
+    assert all(0.0 <= r["accuracy"] <= 1.0 and r["per_shard"] == r["n"] // r["shards"] for r in rows)
+    lines = S.markdown_scale({"datasets": {}, "sisa_small": rows, "epsilon": 1.0, "delta": 1e-6, "rho": 0.02,
+                              "measured": "now", "seconds": 1.0, "spec_fields": {"domain_radius": 10.0, "l2": 0.01}, "rates": []})
+    assert sum(line.startswith(f"| {rows[0]['dataset']} |") for line in lines) == 2
+    assert any(line.endswith("| +0.0 |") for line in lines)
