@@ -92,6 +92,13 @@ def consume(
     (docs/streaming.md). SIGTERM: finish the batch in hand, ack, stop."""
     import asyncio
     import logging
+    import signal
+
+    # A SIGTERM during start-up (imports, the database, the broker connection: seconds on a cold machine) is a
+    # request to stop too, not a kill: remembered here and honoured once the loop runs (exit 0, nothing in hand).
+    stop_requested: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stop_requested.append(signum))
 
     from .observability import configure_logging
     from .streaming.consumer import ConsumerConfig, build
@@ -108,6 +115,8 @@ def consume(
         try:
             await consumer.connect()
             consumer.install_signal_handlers()
+            if stop_requested:  # asked to stop before the loop's own handlers were in place
+                consumer.stop()
             logging.getLogger("olu.stream").info(
                 "consuming %s from stream %s as %s", cfg.filter_subject(consumer.tenant_id), stream, consumer.durable)
             typer.echo(f"consuming {cfg.filter_subject(consumer.tenant_id)} from {stream} ({consumer.durable})",
