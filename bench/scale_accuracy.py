@@ -737,14 +737,22 @@ def _pyplot():
     return plt
 
 
-def plot(r: dict[str, Any], path) -> bool:
+def _figure(r: dict[str, Any], columns: int, width: float, **kw):
+    """(pyplot, figure, axes, data set names) with one row of ``columns`` axes per data set of the run, or None
+    without matplotlib or without a data set."""
     plt = _pyplot()
-    if plt is None:  # pragma: no cover
-        return False
     names = list(r["datasets"])
-    if not names:
+    if plt is None or not names:
+        return None
+    fig, axes = plt.subplots(len(names), columns, figsize=(width, 4.2 * len(names)), squeeze=False, **kw)
+    return plt, fig, axes, names
+
+
+def plot(r: dict[str, Any], path) -> bool:
+    made = _figure(r, 1, 12)
+    if made is None:
         return False
-    fig, axes = plt.subplots(len(names), 1, figsize=(12, 4.2 * len(names)), squeeze=False)
+    plt, fig, axes, names = made
     series = (("mia", "forgotten", "end: forgotten"), ("mia_during", "forgotten", "during: forgotten"),
               ("mia", "retained", "end: retained"))
     for ax, name in zip(axes[:, 0], names):
@@ -780,14 +788,10 @@ def plot(r: dict[str, Any], path) -> bool:
 def plot_scale(r: dict[str, Any], path) -> bool:
     """Per data set: held-out accuracy after forgetting at each rate (end and during) beside the exact retrain,
     and the cost per forget (log scale)."""
-    plt = _pyplot()
-    if plt is None:  # pragma: no cover
+    made = _figure(r, 2, 15, gridspec_kw={"width_ratios": [3, 1]})
+    if made is None:
         return False
-    names = list(r["datasets"])
-    if not names:
-        return False
-    fig, axes = plt.subplots(len(names), 2, figsize=(15, 4.2 * len(names)), squeeze=False,
-                             gridspec_kw={"width_ratios": [3, 1]})
+    plt, fig, axes, names = made
     for (ax, cx), name in zip(axes, names):
         d = r["datasets"][name]
         fams = [f for f, v in d["families"].items() if "skipped" not in v]
