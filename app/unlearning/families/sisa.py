@@ -105,12 +105,13 @@ class SISA(ExactOGD):
                        memory_fields=("hyperparameters.shards", "hyperparameters.slices", "dim"))
 
     # ---- where a step lives --------------------------------------------------------------------------------------
-    def shard_of(self, step: int) -> int:
-        return (int(step) - 1) % self.shards
+    def shard_of(self, step):
+        """The shard of a global step (an int, or an int64 array of steps)."""
+        return (step - 1) % self.shards
 
-    def position(self, step: int) -> int:
-        """The step's 1-based position j in its shard: its clock there (eta_j)."""
-        return (int(step) - 1) // self.shards + 1
+    def position(self, step):
+        """The step's 1-based position j in its shard: its clock there (eta_j); an int or an int64 array."""
+        return (step - 1) // self.shards + 1
 
     def shard_size(self, shard: int, t: int | None = None) -> int:
         """Positions of ``shard`` taken after ``t`` global steps (forgotten ones included: the clock is kept)."""
@@ -206,12 +207,11 @@ class SISA(ExactOGD):
         y = np.asarray(y, dtype=np.float64)
         steps = np.arange(self.t + 1, self.t + 1 + len(X), dtype=np.int64)
         t_after = self.t + len(X)
-        shard_of = (steps - 1) % self.shards
-        for shard in np.unique(shard_of).tolist():
-            rows = np.flatnonzero(shard_of == shard)
-            pos = (steps[rows] - 1) // self.shards + 1
-            self.thetas[shard] = self._advance(shard, self.thetas[shard], pos, X[rows], y[rows],
-                                               self.shard_size(shard, t_after))
+        shards = self.shard_of(steps)
+        for shard in np.unique(shards).tolist():
+            rows = np.flatnonzero(shards == shard)
+            self.thetas[shard] = self._advance(shard, self.thetas[shard], self.position(steps[rows]), X[rows],
+                                               y[rows], self.shard_size(shard, t_after))
         self.t = t_after
         return steps
 
