@@ -28,7 +28,10 @@ from .helpers import create_model, unit_rows
 from .procs import REPO, assert_kernels_compiling, wait_for_200
 
 UID = 10001
-PREFIX = Path(sys.prefix).resolve()
+# the interpreter's directories: a virtual environment's (sys.prefix) and the Python it was made from
+# (sys.base_prefix; the venv's bin/python is a link to it), which may both sit under /root (mode 0700)
+PREFIXES = sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
+                   Path(sys.executable).resolve().parent.parent})
 
 
 def _namespace_problem() -> str | None:
@@ -61,8 +64,13 @@ def test_non_root_read_only_sources_empty_cache(tmp_path):
             os.chown(d, UID, UID)
         before = _tree(srv)
         port = free_port()
-        inner = (f'mkdir -p {base}/prefix && mount --bind {PREFIX} {base}/prefix && '
-                 f'mount -t tmpfs -o mode=755 none /root && mkdir -p {PREFIX} && mount --bind {base}/prefix {PREFIX} && '
+        # each interpreter directory is bind-mounted aside, /root is covered by a traversable tmpfs, and those
+        # under /root are mounted back at their own paths
+        aside = " && ".join(f"mkdir -p {base}/prefix{i} && mount --bind {p} {base}/prefix{i}"
+                            for i, p in enumerate(PREFIXES))
+        back = " && ".join(f"mkdir -p {p} && mount --bind {base}/prefix{i} {p}"
+                           for i, p in enumerate(PREFIXES) if p.is_relative_to("/root"))
+        inner = (f'{aside} && mount -t tmpfs -o mode=755 none /root && {back or "true"} && '
                  f'exec setpriv --reuid {UID} --regid {UID} --clear-groups -- {sys.executable} -m uvicorn app.main:app '
                  f'--app-dir {srv} --host 127.0.0.1 --port {port} --no-proxy-headers')
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(srv), "PYTHONDONTWRITEBYTECODE": "1",
