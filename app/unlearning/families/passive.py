@@ -19,6 +19,17 @@ is unchanged (CKS20 Thm 14).  a_i is max(Delta_u Gamma(u, tau), floor), floor = 
 runs can add between step u and tau: 2 e min(tau - u + 1, 1/(1 - gamma)) (constant steps; tau - u + 1 otherwise)
 + 2 e n_deletions, e = 8 (d + 3) 2^-53 (R + eta_u L) (``roundoff_floor``).
 
+Re-rounding of earlier releases (issue 29 item 7).  A record's shift is carried through every release made by other
+forgets between its learning step u and its own forget at tau: both worlds round their own point to that release's
+lattice, so the part of the gap that is this record's grows by up to g_r sqrt(d + 1) (each coordinate's rounding
+moves it by at most g_r/2, twice) -- the lattice split of the gap between that release's own shift (absorbed by its
+noise, whose lattice sensitivity a_r' = a_r + g_r sqrt(d + 1) pays for one rounding) and this record's (carried on)
+costs one more rounding per release.  The certified shift is therefore
+    a = max(Delta_u Gamma(u, tau) + sum_{releases r at tau_r >= u} g_r sqrt(d + 1) Gamma(tau_r, tau), floor)
+(``rerounding``; Gamma(tau_r, tau) = 1 for the adaptive schedule, whose Gamma is certified as 1).  The releases of the
+current ledger epoch are kept in the state as (tau_r, sum of the grids released at tau_r) (``release_tau``,
+``release_grid``); a restart clears them.  active_olu's fallback has the same term (issue 21).
+
 Schedules (hyperparameter ``schedule``; digest §2.4):
   strongly_convex_capped  eta_t = min(1/(mu t), 2/(beta + mu)); every record deletable (default).
   strongly_convex         eta_t = 1/(mu t); records with u <= 1/2 + beta/(2 mu) are not covered by the noise
@@ -125,6 +136,9 @@ class PassiveOLU(PassiveCalibration):
         self.last_eta = math.nan
         self._feasible_through = 0  # omega series: every deletion index <= this passed the release check (_precheck)
         self._roundoff_k = release.ROUNDOFF_C * (spec.n_params + 2) * release.U64  # step_roundoff's C (n + 2) u_64
+        # the discrete releases of this ledger epoch: their times and, per time, the sum of their grids (rerounding)
+        self.release_tau: list[int] = []
+        self.release_grid: list[float] = []
 
     def _make_schedule(self) -> Schedule:
         name, hp = self.schedule_name, self.hp
@@ -151,7 +165,8 @@ class PassiveOLU(PassiveCalibration):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls._inline_shift = (cls.shift_bound is PassiveOLU.shift_bound and cls.log_gamma is PassiveOLU.log_gamma
-                             and cls.roundoff_floor is PassiveOLU.roundoff_floor)
+                             and cls.roundoff_floor is PassiveOLU.roundoff_floor
+                             and cls.rerounding is PassiveOLU.rerounding)
 
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -162,6 +177,9 @@ class PassiveOLU(PassiveCalibration):
         if self.n_restarts:
             out["epoch_start"] = self.epoch_start
             out["n_restarts"] = self.n_restarts
+        if self.release_tau or self.n_charged:
+            out["release_tau"] = np.asarray(self.release_tau, dtype=np.int64)
+            out["release_grid"] = np.asarray(self.release_grid, dtype=np.float64)
         out.update(self.schedule.state())
         return out
 
@@ -174,6 +192,16 @@ class PassiveOLU(PassiveCalibration):
         self.epoch_start = int(state.get("epoch_start", 0))
         self.n_restarts = int(state.get("n_restarts", 0))
         self.schedule.load_state(state)
+        if "release_tau" in state:
+            self.release_tau = np.asarray(state["release_tau"], dtype=np.int64).reshape(-1).tolist()
+            self.release_grid = np.asarray(state["release_grid"], dtype=np.float64).reshape(-1).tolist()
+            if len(self.release_tau) != len(self.release_grid):
+                raise ValueError("stored release arrays have different lengths")
+        elif self.n_charged:  # stored before the releases were kept: all of them now, on the largest grid
+            self.release_tau = [self.t]
+            self.release_grid = [self.n_charged * self.max_grid()]
+        else:
+            self.release_tau, self.release_grid = [], []
 
     @property
     def data_dependent_steps(self) -> bool:
@@ -268,16 +296,16 @@ class PassiveOLU(PassiveCalibration):
         return self.schedule.log_gamma_sum(u - self.epoch_start, tau - self.epoch_start)
 
     def shift_bound(self, u: int, tau: int) -> tuple[float, float, float]:
-        """(Delta_u, Gamma(u, tau), a = Delta_u Gamma(u, tau)) from public quantities only."""
+        """(Delta_u, Gamma(u, tau), a = Delta_u Gamma(u, tau) + rerounding(u, tau)) from public quantities only."""
         if isinstance(self.schedule, Adaptive):
             # eta_u depends on the gradient norms (the forgotten record's too) and is not published (issue 14):
             # Delta_u <= L min(D/sqrt(p0), 2/beta), and Gamma = 1 for a deletable u (eta non-increasing, so every
             # later step has eta <= 2/beta and gamma_r = 1; schedules.Adaptive)
             delta_u = self.schedule.public_eta_bound() * self.L
-            return delta_u, 1.0, delta_u
+            return delta_u, 1.0, delta_u + self.rerounding(u, tau)
         delta_u = self.schedule.eta(u - self.epoch_start) * self.L
         gamma = math.exp(self.log_gamma(u, tau))
-        return delta_u, gamma, delta_u * gamma
+        return delta_u, gamma, delta_u * gamma + self.rerounding(u, tau)
 
     def noise_multiplier(self, i: int) -> float:
         """sigma_i / a_i.  omega series: sqrt(omega i^omega / (2 (omega - 1) rho)) (000 Alg. 1, line 5 with
@@ -323,6 +351,7 @@ class PassiveOLU(PassiveCalibration):
         self.n_restarts += 1
         self.n_charged = 0
         self.rho_spent = 0.0
+        self.release_tau, self.release_grid = [], []
 
     def _exact(self, u: int, tau: int, restart: bool) -> Certificate:
         self.n_deletions += 1
@@ -390,13 +419,29 @@ class PassiveOLU(PassiveCalibration):
         c = self.schedule.gamma(1) if isinstance(self.schedule, ConstantStep) else 1.0
         return release.roundoff_floor(e, tau - u + 1, c) + release.roundoff_floor(e, self.n_deletions, 1.0)
 
+    def rerounding(self, u: int, tau: int) -> float:
+        """What the re-rounding at this epoch's releases since u adds to u's shift carried to tau (module docstring;
+        release.rerounding with Gamma(tau_r, tau), 1 for the adaptive schedule as in shift_bound)."""
+        adaptive = isinstance(self.schedule, Adaptive)
+        return release.rerounding(self.release_tau, self.release_grid, u, self.spec.n_params,
+                                  None if adaptive else (lambda t: math.exp(self.log_gamma(t, tau))))
+
+    def max_grid(self) -> float:
+        """The largest grid a release can have: that of the largest shift certifiable, the first step's eta_1 L
+        (its public bound for the adaptive schedule), doubled for the round-off floor and the re-rounding terms
+        (release.py's grid grows with the sensitivity): legacy states' conservative release history."""
+        bound = getattr(self.schedule, "public_eta_bound", None)
+        eta_1 = bound() if bound is not None else self.schedule.eta(1)
+        return release.grid_resolution(2.0 * eta_1 * self.L, self.spec.n_params, self.spec.domain_radius)
+
     def _roundoff_per_step(self, step_norm: float) -> float:
         """release.step_roundoff(n_params, R, step_norm), the constant factor C (n + 2) u_64 computed once (the same
         float operations in the same order)."""
         return self._roundoff_k * (self.spec.domain_radius + step_norm)
 
     def _gaussian_forget(self, u: int, tau: int) -> Certificate:
-        """One deletion: certified shift a = max(Delta_u Gamma(u, tau), round-off floor) (issue 14 case 2), sigma_i
+        """One deletion: certified shift a = max(Delta_u Gamma(u, tau) + the re-rounding of the releases since u
+        (issue 29 item 7), round-off floor) (issue 14 case 2), sigma_i
         = noise_multiplier(i) a, released through the discrete Gaussian (release.py), which reports the grid g and
         the lattice sensitivity a' = a + g sqrt(d + 1) with sigma' = sigma_i a'/a; rho_i = a^2/(2 sigma_i^2) is
         unchanged (= a'^2/(2 sigma'^2), CKS20 Thm 14)."""
@@ -404,12 +449,14 @@ class PassiveOLU(PassiveCalibration):
         schedule = self.schedule
         if not self._inline_shift or isinstance(schedule, Adaptive):
             delta_u, gamma, shift = self.shift_bound(u, tau)
+            rerounding = self.rerounding(u, tau)
             floor = self.roundoff_floor(u, tau)
         else:  # shift_bound and roundoff_floor inlined: the same float operations, one schedule.eta call
             start = self.epoch_start
             delta_u = schedule.eta(u - start) * self.L
             gamma = math.exp(schedule.log_gamma_sum(u - start, tau - start))
-            shift = delta_u * gamma
+            rerounding = self.rerounding(u, tau) if self.release_tau else 0.0
+            shift = delta_u * gamma + rerounding
             e = self._roundoff_per_step(delta_u)
             floor = release.roundoff_floor(e, tau - u + 1, schedule.g if isinstance(schedule, ConstantStep) else 1.0)
             n_del = self.n_deletions
@@ -425,6 +472,7 @@ class PassiveOLU(PassiveCalibration):
         if res is None:
             res = release.discrete_release(self.theta, a, sigma, self.noise, scale=R, radius=R)
         self.theta, grid, sigma_used, sens_used = res
+        release.record_release(self.release_tau, self.release_grid, tau, grid)  # later forgets' rerounding
         if isinstance(self.schedule, Adaptive) and self.eta_script is None:
             self.schedule.forget_gradient_norms()  # later steps: public bound instead of the gradient norms
         self.n_charged = i
@@ -432,10 +480,10 @@ class PassiveOLU(PassiveCalibration):
         self.rho_spent += rho_i
         if self.capacity is None:  # allocation omega_series
             details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "omega": self.omega,
-                       "grid": grid, "shift": shift, "roundoff_floor": floor}
+                       "grid": grid, "shift": shift, "rerounding": rerounding, "roundoff_floor": floor}
         else:
             details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "capacity": float(self.capacity),
-                       "grid": grid, "shift": shift, "roundoff_floor": floor}
+                       "grid": grid, "shift": shift, "rerounding": rerounding, "roundoff_floor": floor}
         return Certificate(u, tau, self.n_deletions, release.MECHANISM, sigma_used, sens_used, rho_i, details)
 
     def apply_noise(self, sigma: float, grid: float) -> np.ndarray:
