@@ -10,7 +10,9 @@ of the per-step contractions after u).  The i-th deletion adds N(0, sigma_i^2 I)
   allocation "uniform" (known cap k = max_deletions): sigma_i = sqrt(k / (2 rho)) * a_i, charge rho/k; deletion
       k + 1 raises CapacityExhausted and the model reports status "retrain_required" (digest §6 [eng]).
 
-Either way the published sequence is (alpha, alpha*rho)-OLU for every alpha > 1.
+Either way the published sequence is (alpha, alpha*rho)-OLU for every alpha > 1.  A tighter allocation for forgets
+with no learning in between (sigma_i^2 = (S_i^2 - S_{i-1}^2)/(2 rho)) holds but needs a window accounting mode
+first: docs/passive_group_allocation.md (issue 30 item 3).
 
 Discrete noise and round-off (issue 14; app/unlearning/mechanism/release.py).  The noise is the discrete Gaussian on a grid
 g (a power of two from the public a_i and d): theta <- Pi_K(g (round(theta/g) + k)), k ~ N_Z(0, (sigma_i'/g)^2),
