@@ -10,9 +10,12 @@ of the per-step contractions after u).  The i-th deletion adds N(0, sigma_i^2 I)
   allocation "uniform" (known cap k = max_deletions): sigma_i = sqrt(k / (2 rho)) * a_i, charge rho/k; deletion
       k + 1 raises CapacityExhausted and the model reports status "retrain_required" (digest §6 [eng]).
 
-Either way the published sequence is (alpha, alpha*rho)-OLU for every alpha > 1.  A tighter allocation for forgets
-with no learning in between (sigma_i^2 = (S_i^2 - S_{i-1}^2)/(2 rho)) holds but needs a window accounting mode
-first: docs/passive_group_allocation.md (issue 30 item 3).
+  allocation "group" (passive_group.py, docs/passive_group_allocation.md; issue 30 item 3): release i tops the
+      noise already in the state up to what the group of the epoch's forgotten records needs, S^2/(2 rho) (after a
+      stream sigma_i^2 = (2i - 1) a^2/(2 rho)); receipts state the window's bound (<= rho), not added up
+      (accounting per_update).
+
+Either way the published sequence is (alpha, alpha*rho)-OLU for every alpha > 1.
 
 Discrete noise and round-off (issue 14; app/unlearning/mechanism/release.py).  The noise is the discrete Gaussian on a grid
 g (a power of two from the public a_i and d): theta <- Pi_K(g (round(theta/g) + k)), k ~ N_Z(0, (sigma_i'/g)^2),
@@ -79,6 +82,7 @@ from ..mechanism import fast, fast_dgauss, release
 from ..mechanism.calibration import SIGMA_GRID_MAX, release_ratio_bound, require_release_feasible
 from ..mechanism.noise import NoiseSource, SecureGaussianNoise
 from .passive_calibration import PassiveCalibration, regularization_lambda
+from .passive_group import GroupAllocation
 
 GUARANTEE_WORDS = (
     "Everything the model publishes from the deletion on is statistically almost indistinguishable "
@@ -97,7 +101,7 @@ ADAPTIVE_WORDS = GUARANTEE_WORDS + (
 )
 
 
-class PassiveOLU(PassiveCalibration):
+class PassiveOLU(PassiveCalibration, GroupAllocation):
     algorithm = "passive_olu"
     accounting = "omega_series"
     guarantee_definition = "(alpha, alpha*rho)-OLU for all alpha > 1"
@@ -122,6 +126,9 @@ class PassiveOLU(PassiveCalibration):
         self.capacity = int(hp["max_deletions"]) if self.allocation == "uniform" else None
         if self.allocation == "uniform":
             self.accounting = "capacity"
+        elif self.allocation == "group":  # window bounds, not added (passive_group.py)
+            self.accounting = "per_update"
+        self.group_reset()
         if self.schedule_name == "adaptive":
             self.guarantee_words = ADAPTIVE_WORDS
         self.schedule: Schedule = self._make_schedule()
@@ -179,6 +186,8 @@ class PassiveOLU(PassiveCalibration):
         if self.n_restarts:
             out["epoch_start"] = self.epoch_start
             out["n_restarts"] = self.n_restarts
+        if self.allocation == "group":
+            self.group_state(out)
         if self.release_tau or self.n_charged:
             out["release_tau"] = np.asarray(self.release_tau, dtype=np.int64)
             out["release_grid"] = np.asarray(self.release_grid, dtype=np.float64)
@@ -194,16 +203,8 @@ class PassiveOLU(PassiveCalibration):
         self.epoch_start = int(state.get("epoch_start", 0))
         self.n_restarts = int(state.get("n_restarts", 0))
         self.schedule.load_state(state)
-        if "release_tau" in state:
-            self.release_tau = np.asarray(state["release_tau"], dtype=np.int64).reshape(-1).tolist()
-            self.release_grid = np.asarray(state["release_grid"], dtype=np.float64).reshape(-1).tolist()
-            if len(self.release_tau) != len(self.release_grid):
-                raise ValueError("stored release arrays have different lengths")
-        elif self.n_charged:  # stored before the releases were kept: all of them now, on the largest grid
-            self.release_tau = [self.t]
-            self.release_grid = [self.n_charged * self.max_grid()]
-        else:
-            self.release_tau, self.release_grid = [], []
+        self.group_load(state)
+        self.release_load(state)
 
     @property
     def data_dependent_steps(self) -> bool:
@@ -231,7 +232,10 @@ class PassiveOLU(PassiveCalibration):
         return out
 
     def accounting_params(self) -> dict[str, Any]:
-        # omega-series charges rho (omega-1)/(omega i^omega); the uniform allocation is its capped form rho/k
+        # omega-series charges rho (omega-1)/(omega i^omega); the uniform allocation is its capped form rho/k; the
+        # group allocation's receipts state the bound of the current window (<= rho), not added up
+        if self.allocation == "group":
+            return {"accounting": "per_update", "rho": self.spec.rho, "delta": self.spec.delta}
         return {"accounting": "omega_series", "rho_budget": self.spec.rho, "delta": self.spec.delta,
                 "omega": self.omega if self.allocation == "omega_series" else 1.2, "cap": self.capacity}
 
@@ -314,6 +318,8 @@ class PassiveOLU(PassiveCalibration):
         eps_alg = rho); uniform: sqrt(k / (2 rho))."""
         if self.allocation == "uniform":
             return math.sqrt(self.capacity / (2.0 * self.spec.rho))
+        if self.allocation == "group":  # equal shifts after the stream (the worst-case checks); passive_group.py
+            return math.sqrt((2.0 * i - 1.0) / (2.0 * self.spec.rho))
         w = self.omega
         return math.sqrt(w * i**w / (2.0 * (w - 1.0) * self.spec.rho))
 
@@ -354,6 +360,7 @@ class PassiveOLU(PassiveCalibration):
         self.n_charged = 0
         self.rho_spent = 0.0
         self.release_tau, self.release_grid = [], []
+        self.group_reset()
 
     def _exact(self, u: int, tau: int, restart: bool) -> Certificate:
         self.n_deletions += 1
@@ -421,21 +428,6 @@ class PassiveOLU(PassiveCalibration):
         c = self.schedule.gamma(1) if isinstance(self.schedule, ConstantStep) else 1.0
         return release.roundoff_floor(e, tau - u + 1, c) + release.roundoff_floor(e, self.n_deletions, 1.0)
 
-    def rerounding(self, u: int, tau: int) -> float:
-        """What the re-rounding at this epoch's releases since u adds to u's shift carried to tau (module docstring;
-        release.rerounding with Gamma(tau_r, tau), 1 for the adaptive schedule as in shift_bound)."""
-        adaptive = isinstance(self.schedule, Adaptive)
-        return release.rerounding(self.release_tau, self.release_grid, u, self.spec.n_params,
-                                  None if adaptive else (lambda t: math.exp(self.log_gamma(t, tau))))
-
-    def max_grid(self) -> float:
-        """The largest grid a release can have: that of the largest shift certifiable, the first step's eta_1 L
-        (its public bound for the adaptive schedule), doubled for the round-off floor and the re-rounding terms
-        (release.py's grid grows with the sensitivity): legacy states' conservative release history."""
-        bound = getattr(self.schedule, "public_eta_bound", None)
-        eta_1 = bound() if bound is not None else self.schedule.eta(1)
-        return release.grid_resolution(2.0 * eta_1 * self.L, self.spec.n_params, self.spec.domain_radius)
-
     def _roundoff_per_step(self, step_norm: float) -> float:
         """release.step_roundoff(n_params, R, step_norm), the constant factor C (n + 2) u_64 computed once (the same
         float operations in the same order)."""
@@ -465,24 +457,32 @@ class PassiveOLU(PassiveCalibration):
             if n_del > 0 and not e <= 0.0:
                 floor += 2.0 * e * float(n_del)  # release.roundoff_floor(e, n_deletions, 1.0)
         a = shift if shift >= floor else floor
-        sigma = self.noise_multiplier(i) * a
-        rho_i = 0.5 * (a / sigma) ** 2 if sigma > 0 else 0.0  # a^2/(2 sigma^2), the ratio first (no under/overflow)
+        group = self.allocation == "group"
+        if group:  # sigma from the group's shift and the noise already in the state (passive_group.py)
+            sigma, sens, rho_i, group_shift = self.group_noise(u, tau, a)
+        else:
+            sigma, sens = self.noise_multiplier(i) * a, a
+            rho_i = 0.5 * (a / sigma) ** 2 if sigma > 0 else 0.0  # a^2/(2 sigma^2), the ratio first
         R = self.spec.domain_radius
         res = None
         if type(self.noise) is SecureGaussianNoise and sigma > 0.0:  # production: release.discrete_release's
-            res = fast_dgauss.secure_discrete_release(self.theta, a, sigma, R, R)  # compiled route, called directly
+            res = fast_dgauss.secure_discrete_release(self.theta, sens, sigma, R, R)  # compiled route, called directly
         if res is None:
-            res = release.discrete_release(self.theta, a, sigma, self.noise, scale=R, radius=R)
+            res = release.discrete_release(self.theta, sens, sigma, self.noise, scale=R, radius=R)
         self.theta, grid, sigma_used, sens_used = res
+        if group:
+            self.group_record(u, tau, sigma, grid)
         release.record_release(self.release_tau, self.release_grid, tau, grid)  # later forgets' rerounding
         if isinstance(self.schedule, Adaptive) and self.eta_script is None:
             self.schedule.forget_gradient_norms()  # later steps: public bound instead of the gradient norms
         self.n_charged = i
         self.n_deletions += 1
-        self.rho_spent += rho_i
+        self.rho_spent = rho_i if group else self.rho_spent + rho_i
         if self.capacity is None:  # allocation omega_series
             details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "omega": self.omega,
                        "grid": grid, "shift": shift, "rerounding": rerounding, "roundoff_floor": floor}
+            if group:
+                details.update(group_shift=group_shift, group_size=float(len(self.group_u)))
         else:
             details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "capacity": float(self.capacity),
                        "grid": grid, "shift": shift, "rerounding": rerounding, "roundoff_floor": floor}

@@ -166,10 +166,11 @@ def record_release(taus: list, grids: list, tau: int, grid: float) -> None:
             grids.append(grid)
 
 
-def rerounding(taus, grids, since: int, n: int, contraction=None) -> float:
-    """sum over the releases r at tau_r >= since of g_r sqrt(n) c(tau_r) (c = contraction(tau_r) from tau_r to the
+def rerounding(taus, grids, since: int, n: int, contraction=None, before: float = math.inf) -> float:
+    """sum over the releases r at since <= tau_r < before of g_r sqrt(n) c(tau_r) (c = contraction(tau_r) to the
     present, 1 when None): what re-rounding at those releases adds to a shift carried through them (issue 21 /
     issue 29 item 7): both worlds round their own point to the release's lattice, so the carried part of their gap
     grows by up to g sqrt(n) per release (each coordinate's rounding moves it by at most g/2, twice)."""
     root_n = math.sqrt(n)
-    return sum(g * root_n * (1.0 if contraction is None else contraction(t)) for t, g in zip(taus, grids) if t >= since)
+    return sum(g * root_n * (1.0 if contraction is None else contraction(t)) for t, g in zip(taus, grids)
+               if since <= t < before)
