@@ -10,9 +10,8 @@ delta = 1e-6), passive_olu at its defaults learns it once; then 100 records draw
 forgotten one per request, and the held-out accuracy is read after 10 and 100 forgets, over SEEDS noise seeds.
 "today" is the engine itself (omega series, discrete release, this branch's certified shifts); "group" replays the
 same forgets at numpy level: continuous Gaussian noise of the group allocation into the state, projected onto the
-ball after each forget as the engine does, with the engine's own certified shifts a_i (the allocation is not in the
-engine: docs/passive_group_allocation.md says what the service needs first).  "uniform k" (the cap known in
-advance) is shown for reference, also at numpy level.
+ball after each forget as the engine does, with the engine's own certified shifts a_i; "group (engine)" is the engine's allocation "group" itself (discrete release, lattice terms).  "uniform k"
+(the cap known in advance) is shown for reference, at numpy level.
 """
 from __future__ import annotations
 
@@ -46,9 +45,17 @@ def run(quick: bool = False) -> dict[str, list[list[float]]]:
     Xa = augment(data.X_test)
     order = np.random.default_rng(FORGET_SEED).permutation(np.arange(1, n + 1))[: max(MARKS)]
     out: dict[str, list[list[float]]] = {"before": [[accuracy(base.theta, Xa, data.y_test)]]}
-    for name in ("today", "group") + tuple(f"uniform {k}" for k in MARKS):
+    group_spec = model_spec("passive_olu", data.X_train.shape[1], "logistic", 2, {"allocation": "group"})
+    for name in ("today", "group", "group engine") + tuple(f"uniform {k}" for k in MARKS):
         out[name] = []
     for seed in range(SEEDS):
+        g = PassiveOLU.from_state(group_spec, state, SeededNoise(seed))  # the engine's allocation "group"
+        accs = []
+        for i, u in enumerate(order, 1):
+            g.forget([int(u)])
+            if i in MARKS:
+                accs.append(accuracy(g.theta, Xa, data.y_test))
+        out["group engine"].append(accs)
         e = PassiveOLU.from_state(spec, state, SeededNoise(seed))
         shifts, accs = [], []
         for i, u in enumerate(order, 1):
@@ -82,9 +89,10 @@ def table(out: dict[str, list[list[float]]]) -> list[str]:
         return f"{v.mean():.3f} ({v.min():.3f}-{v.max():.3f})"
     lines = ["| allocation | after 10 forgets | after 100 forgets |", "|---|---|---|"]
     lines.append(f"| (before any forget) | {out['before'][0][0]:.3f} | |")
-    for name in ("today", "group"):
+    labels = {"today": "omega series (today)", "group": "group (numpy)", "group engine": "group (engine)"}
+    for name, label in labels.items():
         a = np.asarray(out[name])
-        lines.append(f"| {'omega series (today)' if name == 'today' else 'group'} | {cell(a[:, 0])} | {cell(a[:, 1])} |")
+        lines.append(f"| {label} | {cell(a[:, 0])} | {cell(a[:, 1])} |")
     lines.append(f"| uniform, cap known (10 / 100) | {cell(out['uniform 10'])} | {cell(out['uniform 100'])} |")
     return lines
 
