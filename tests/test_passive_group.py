@@ -131,3 +131,16 @@ def test_group_allocation_over_http(server, tenant):
     ledger = c.get(f"/v1/models/{mid}/ledger").json()
     assert ledger["accounting"] == "per_update" and len(ledger["entries"]) == 3
     assert 0.0 < ledger["rho_spent"] <= ledger["entries"][0]["rho"] * (1 + 1e-12)
+
+
+def test_group_noise_out_of_float_range_restarts_instead():
+    from app.unlearning.contract.errors import CapacityExhausted
+    e = PassiveOLU(spec(), SeededNoise(0))
+    e.group_precheck(10)  # in range
+    with pytest.raises(CapacityExhausted):
+        e.group_precheck(10**200)
+    X, y = worst_stream()
+    e.learn(X, y)
+    e.group_precheck = lambda k: (_ for _ in ()).throw(CapacityExhausted("out of range"))
+    certs = e.forget([3, 4])  # refused before anything changed: one exact restart for the whole request
+    assert [c.mechanism for c in certs] == ["exact", "exact"] and certs[0].details["restart"] == 1.0

@@ -376,6 +376,8 @@ class PassiveOLU(PassiveCalibration, GroupAllocation):
             raise CapacityExhausted(
                 f"the model can certify {max(0, self.capacity - self.n_charged)} more deletion(s) "
                 f"(max_deletions={self.capacity}); an exact retrain is required")
+        if self.allocation == "group":
+            self.group_precheck(len(steps))
         if self.capacity is None and steps:
             i = self.n_charged + len(steps)
             if i > self._feasible_through:

@@ -32,6 +32,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..contract.errors import CapacityExhausted
 from ..maths.schedules import Adaptive
 from ..mechanism import release
 from ..mechanism.calibration import SIGMA_GRID_MAX
@@ -105,7 +106,7 @@ class GroupAllocation:
                 V += (s * G) ** 2
                 lattice += 2.0 * math.sqrt(n) * g * G
         sens = a
-        while True:  # the grid grows with the sensitivity passed; raise it until the exact sampler fits
+        for _ in range(64):  # the grid grows with the sensitivity passed; raise it until the exact sampler fits
             grid = release.grid_resolution(sens, n, R)
             total = S + lattice + 2.0 * math.sqrt(n) * grid
             var = max(total * total / (2.0 * rho) - V, GROUP_FLOOR * a * a / (2.0 * rho))
@@ -114,8 +115,24 @@ class GroupAllocation:
             if sens >= need:
                 break
             sens = 2.0 * need  # sigma grows by a 2^-9 fraction of the new grid term at most: this ends at once
+        else:  # pragma: no cover - group_precheck keeps sigma finite
+            raise CapacityExhausted("the group allocation's noise is out of range; an exact restart is required")
         window = total * total / (2.0 * (V + var))
         return sigma, sens, min(window, rho), total
+
+    def group_precheck(self, k: int) -> None:
+        """Refuse (CapacityExhausted: the model restarts instead) before anything changes when k more group forgets
+        could need a sigma out of float range: every shift is at most 4 eta_1 L (public)."""
+        bound = getattr(self.schedule, "public_eta_bound", None)
+        a_cap = 4.0 * (bound() if bound is not None else self.schedule.eta(1)) * self.L
+        m = len(self.group_u) + k
+        try:
+            var = (m * a_cap) ** 2 / (2.0 * self.spec.rho)
+        except OverflowError:
+            var = math.inf
+        if not math.isfinite(var):
+            raise CapacityExhausted(f"{m} forgotten records exceed the group allocation's range; an exact restart "
+                                    "is required")
 
     def group_record(self, u: int, tau: int, sigma: float, grid: float) -> None:
         self.group_u.append(u)
