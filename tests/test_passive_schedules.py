@@ -105,7 +105,8 @@ def test_default_capped_noise_formula_unchanged():
     a = e.L / (e.mu * tau)  # from t0 on: Delta_u Gamma = L/(mu u) * u/tau
     assert c.details["shift"] == pytest.approx(a, rel=1e-12)
     assert c.sigma * c.details["shift"] / c.sensitivity == pytest.approx(math.sqrt(1.2 * 1 / (2 * 0.2 * 1.0)) * a, rel=1e-8)
-    assert set(e.state()) == {"theta", "t", "n_deletions", "rho_spent"}
+    # the release history (issue 29 item 7: later forgets carry its re-rounding)
+    assert set(e.state()) == {"theta", "t", "n_deletions", "rho_spent", "release_tau", "release_grid"}
 
 
 # ---- schedules --------------------------------------------------------------------------------------

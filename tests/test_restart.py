@@ -84,8 +84,9 @@ def test_restart_is_exact_and_opens_an_epoch():
     u_probe, old = dels[len(y)]
     c1, c2 = e.forget([u_probe, old])
     assert c1.mechanism == "discrete_gaussian" and c1.deletion_index == 2 and c1.details["series_index"] == 1.0
-    d_u, gamma, a = e.shift_bound(u_probe, len(y))
-    assert a == pytest.approx(e.L / (e.mu * (len(y) - 20)))  # epoch-local: L/(mu tau_local)
+    d_u, gamma, _ = e.shift_bound(u_probe, len(y))  # (its a now carries c1's own release's re-rounding)
+    assert d_u * gamma == pytest.approx(e.L / (e.mu * (len(y) - 20)))  # epoch-local: L/(mu tau_local)
+    assert c1.details["shift"] == pytest.approx(d_u * gamma, rel=1e-12) and c1.details["rerounding"] == 0.0
     assert (c2.mechanism, c2.details["restart"], c2.rho) == ("exact", 0.0, 0.0)
     assert e.ledger()["deletions"] == 3 and e.ledger()["rho_spent"] == pytest.approx(c1.rho)
     assert e.status == "ready"

@@ -56,7 +56,7 @@ def hyperparameters(algorithm: str, draw) -> dict:
     maybe = lambda: draw(st.booleans())
     if algorithm in ("passive_olu", "passive_olu_restart"):
         sched = hp["schedule"] = draw(st.sampled_from(SCHEDULES))
-        hp["allocation"] = draw(st.sampled_from(["omega_series", "uniform"]))
+        hp["allocation"] = draw(st.sampled_from(["omega_series", "uniform", "group"]))
         if hp["allocation"] == "omega_series" and maybe():
             hp["omega"] = 1.0 + draw(positive())
         if hp["allocation"] == "uniform" or sched == "regularized_convex" or algorithm == "passive_olu_restart":

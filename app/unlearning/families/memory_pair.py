@@ -35,7 +35,10 @@ Deletion (Alg. "Memory Pair Deletion"), corrected:
   * noise: sigma = Delta / sqrt(2 rho_step), rho_step = rho_tot / m (uniform split over the capacity m),
     theta <- Pi_K(g (round((theta + d)/g) + k)), k ~ N_Z(0, (sigma'/g)^2): the discrete Gaussian on a grid g
     (app/unlearning/mechanism/release.py; Delta' = Delta + g sqrt(p), sigma' = sigma Delta'/Delta, rho_step unchanged), with
-    Delta at least the float64 round-off floor of the steps since u (``roundoff_floor``);
+    Delta at least the float64 round-off floor of the steps since u (``roundoff_floor``), and the shift carrying the
+    re-rounding of the earlier releases of the epoch since u, g_r sqrt(p) each (no contraction is certified for
+    the quasi-Newton steps): both worlds round their own point to each release's lattice, which the noise-free
+    replay gap does not see (issue 29 item 7; ``rerounding``, history ``release_tau`` / ``release_grid``);
   * odometer: rho_spent += rho_step; a deletion that would exceed rho_tot is refused (CapacityExhausted) and
     status becomes "retrain_required" once no further step fits; retrain(retained) starts a new epoch;
   * the curvature memory is dropped after every deletion: the stored pairs are functions of every example
@@ -150,6 +153,8 @@ class MemoryPair(MemoryPairCalibration):
         self.deletions = 0      # this epoch
         self.deletions_total = 0
         self.epoch = 0
+        self.release_tau: list[int] = []      # this epoch's discrete releases: time, sum of the grids at that time
+        self.release_grid: list[float] = []
 
     def records_held(self) -> int | None:
         return self.t - self.deletions_total if self.needs_retained_data else None
@@ -161,6 +166,8 @@ class MemoryPair(MemoryPairCalibration):
             "n_pairs": self.mem.count, "pairs_skipped": self.mem.skipped, "t": self.t, "n_active": self.n_active,
             "n_inserts": self.n_inserts, "S_grad": self.S_grad, "rho_spent": self.rho_spent,
             "deletions": self.deletions, "deletions_total": self.deletions_total, "epoch": self.epoch,
+            "release_tau": np.asarray(self.release_tau, dtype=np.int64),
+            "release_grid": np.asarray(self.release_grid, dtype=np.float64),
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -184,6 +191,16 @@ class MemoryPair(MemoryPairCalibration):
         self.deletions = int(state["deletions"])
         self.deletions_total = int(state["deletions_total"])
         self.epoch = int(state["epoch"])
+        if "release_tau" in state:
+            self.release_tau = np.asarray(state["release_tau"], dtype=np.int64).reshape(-1).tolist()
+            self.release_grid = np.asarray(state["release_grid"], dtype=np.float64).reshape(-1).tolist()
+            if len(self.release_tau) != len(self.release_grid):
+                raise ValueError("stored release arrays have different lengths")
+        elif self.deletions:  # stored before the releases were kept: all of them now, on the largest grid
+            self.release_tau = [self.t]
+            self.release_grid = [self.deletions * self.max_grid()]
+        else:
+            self.release_tau, self.release_grid = [], []
 
     @property
     def step(self) -> int:
@@ -396,6 +413,15 @@ class MemoryPair(MemoryPairCalibration):
         e = release.step_roundoff(self.p, R, 2.0 * R) * (self.mem.memory + 1)
         return release.roundoff_floor(e, self.t - u + 1 + self.deletions_total, 1.0)
 
+    def rerounding(self, u: int) -> float:
+        """The re-rounding at this epoch's releases since u (module docstring; no contraction is certified)."""
+        return release.rerounding(self.release_tau, self.release_grid, u, self.p)
+
+    def max_grid(self) -> float:
+        """The largest grid a release can have (legacy states' conservative history): that of the largest
+        certifiable Delta, the full influence bound L/lam (scale <= 1), doubled for the floor and the re-rounding."""
+        return release.grid_resolution(2.0 * self.L / self.lam, self.p, self.spec.domain_radius)
+
     def _forget_one(self, u: int, x_aug: np.ndarray, label: float) -> Certificate:
         n = self.n_active
         self.deletions_total += 1
@@ -404,6 +430,7 @@ class MemoryPair(MemoryPairCalibration):
             self.mem.clear()
             self.S_grad = self.L**2 * self.n_inserts  # as below: nothing of the record stays in the state
             self.n_active = 0
+            self.release_tau, self.release_grid = [], []  # nothing learned remains to carry a shift
             return Certificate(learned_step=u, forgotten_step=self.t, deletion_index=self.deletions_total,
                                mechanism="exact", sigma=0.0, sensitivity=0.0, rho=0.0,
                                details={"n_active": float(n), "epoch": float(self.epoch)})
@@ -416,13 +443,15 @@ class MemoryPair(MemoryPairCalibration):
         scale = self.removal_scale(n)
         shift = scale * clip
         floor = self.roundoff_floor(u)
-        delta = max(shift, floor)  # issue 14 case 2: never certify less than the round-off can produce
+        rerounding = self.rerounding(u)
+        delta = max(shift + rerounding, floor)  # issue 14 case 2: never certify less than the round-off can produce
         sigma = delta / math.sqrt(2.0 * self.rho_step)
         # discrete Gaussian release on a grid (release.py): Delta' = Delta + g sqrt(p), sigma' = sigma Delta'/Delta,
         # so Delta'^2/(2 sigma'^2) = rho_step as before (CKS20 Thm 14); projection onto K is post-processing
         self.theta, grid, sigma, delta_used = release.discrete_release(
             self.theta + self.removal_sign * scale * v, delta, sigma, self.noise,
             scale=self.spec.domain_radius, radius=self.spec.domain_radius)
+        release.record_release(self.release_tau, self.release_grid, self.t, grid)
         self.mem.clear()
         # S_N holds the deleted record's ||g||^2 and feeds the adagrad step: replace it by its public bound G^2 N
         # (||g|| <= L), so later steps depend on the forgotten record only through the noised theta
@@ -435,7 +464,7 @@ class MemoryPair(MemoryPairCalibration):
             sigma=sigma, sensitivity=delta_used, rho=self.rho_step,
             details={"n_active": float(n), "removal_scale": scale, "clip_bound": clip, "rho_step": self.rho_step,
                      "capacity": float(self.capacity), "epoch": float(self.epoch), "grid": grid, "shift": shift,
-                     "roundoff_floor": floor},
+                     "rerounding": rerounding, "roundoff_floor": floor},
         )
 
     # ---- retrain -----------------------------------------------------------------------------------
@@ -451,6 +480,7 @@ class MemoryPair(MemoryPairCalibration):
         self.rho_spent = 0.0
         self.deletions = 0
         self.epoch += 1
+        self.release_tau, self.release_grid = [], []
         for _, X, y in retained.chunks(1024):
             for x_aug, label in zip(augment(np.asarray(X, dtype=np.float64)), np.asarray(y, dtype=np.float64)):
                 self._update(x_aug, float(label))

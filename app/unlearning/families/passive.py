@@ -10,6 +10,11 @@ of the per-step contractions after u).  The i-th deletion adds N(0, sigma_i^2 I)
   allocation "uniform" (known cap k = max_deletions): sigma_i = sqrt(k / (2 rho)) * a_i, charge rho/k; deletion
       k + 1 raises CapacityExhausted and the model reports status "retrain_required" (digest §6 [eng]).
 
+  allocation "group" (passive_group.py, docs/passive_group_allocation.md; issue 30 item 3): release i tops the
+      noise already in the state up to what the group of the epoch's forgotten records needs, S^2/(2 rho) (after a
+      stream sigma_i^2 = (2i - 1) a^2/(2 rho)); receipts state the window's bound (<= rho), not added up
+      (accounting per_update).
+
 Either way the published sequence is (alpha, alpha*rho)-OLU for every alpha > 1.
 
 Discrete noise and round-off (issue 14; app/unlearning/mechanism/release.py).  The noise is the discrete Gaussian on a grid
@@ -18,6 +23,17 @@ with lattice sensitivity a_i' = a_i + g sqrt(d + 1) and sigma_i' = sigma_i a_i'/
 is unchanged (CKS20 Thm 14).  a_i is max(Delta_u Gamma(u, tau), floor), floor = the float64 round-off two coupled
 runs can add between step u and tau: 2 e min(tau - u + 1, 1/(1 - gamma)) (constant steps; tau - u + 1 otherwise)
 + 2 e n_deletions, e = 8 (d + 3) 2^-53 (R + eta_u L) (``roundoff_floor``).
+
+Re-rounding of earlier releases (issue 29 item 7).  A record's shift is carried through every release made by other
+forgets between its learning step u and its own forget at tau: both worlds round their own point to that release's
+lattice, so the part of the gap that is this record's grows by up to g_r sqrt(d + 1) (each coordinate's rounding
+moves it by at most g_r/2, twice) -- the lattice split of the gap between that release's own shift (absorbed by its
+noise, whose lattice sensitivity a_r' = a_r + g_r sqrt(d + 1) pays for one rounding) and this record's (carried on)
+costs one more rounding per release.  The certified shift is therefore
+    a = max(Delta_u Gamma(u, tau) + sum_{releases r at tau_r >= u} g_r sqrt(d + 1) Gamma(tau_r, tau), floor)
+(``rerounding``; Gamma(tau_r, tau) = 1 for the adaptive schedule, whose Gamma is certified as 1).  The releases of the
+current ledger epoch are kept in the state as (tau_r, sum of the grids released at tau_r) (``release_tau``,
+``release_grid``); a restart clears them.  active_olu's fallback has the same term (issue 21).
 
 Schedules (hyperparameter ``schedule``; digest §2.4):
   strongly_convex_capped  eta_t = min(1/(mu t), 2/(beta + mu)); every record deletable (default).
@@ -66,6 +82,7 @@ from ..mechanism import fast, fast_dgauss, release
 from ..mechanism.calibration import SIGMA_GRID_MAX, release_ratio_bound, require_release_feasible
 from ..mechanism.noise import NoiseSource, SecureGaussianNoise
 from .passive_calibration import PassiveCalibration, regularization_lambda
+from .passive_group import GroupAllocation
 
 GUARANTEE_WORDS = (
     "Everything the model publishes from the deletion on is statistically almost indistinguishable "
@@ -84,7 +101,7 @@ ADAPTIVE_WORDS = GUARANTEE_WORDS + (
 )
 
 
-class PassiveOLU(PassiveCalibration):
+class PassiveOLU(PassiveCalibration, GroupAllocation):
     algorithm = "passive_olu"
     accounting = "omega_series"
     guarantee_definition = "(alpha, alpha*rho)-OLU for all alpha > 1"
@@ -109,6 +126,9 @@ class PassiveOLU(PassiveCalibration):
         self.capacity = int(hp["max_deletions"]) if self.allocation == "uniform" else None
         if self.allocation == "uniform":
             self.accounting = "capacity"
+        elif self.allocation == "group":  # window bounds, not added (passive_group.py)
+            self.accounting = "per_update"
+        self.group_reset()
         if self.schedule_name == "adaptive":
             self.guarantee_words = ADAPTIVE_WORDS
         self.schedule: Schedule = self._make_schedule()
@@ -125,6 +145,9 @@ class PassiveOLU(PassiveCalibration):
         self.last_eta = math.nan
         self._feasible_through = 0  # omega series: every deletion index <= this passed the release check (_precheck)
         self._roundoff_k = release.ROUNDOFF_C * (spec.n_params + 2) * release.U64  # step_roundoff's C (n + 2) u_64
+        # the discrete releases of this ledger epoch: their times and, per time, the sum of their grids (rerounding)
+        self.release_tau: list[int] = []
+        self.release_grid: list[float] = []
 
     def _make_schedule(self) -> Schedule:
         name, hp = self.schedule_name, self.hp
@@ -151,7 +174,8 @@ class PassiveOLU(PassiveCalibration):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls._inline_shift = (cls.shift_bound is PassiveOLU.shift_bound and cls.log_gamma is PassiveOLU.log_gamma
-                             and cls.roundoff_floor is PassiveOLU.roundoff_floor)
+                             and cls.roundoff_floor is PassiveOLU.roundoff_floor
+                             and cls.rerounding is PassiveOLU.rerounding)
 
     # ---- state ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -162,6 +186,11 @@ class PassiveOLU(PassiveCalibration):
         if self.n_restarts:
             out["epoch_start"] = self.epoch_start
             out["n_restarts"] = self.n_restarts
+        if self.allocation == "group":
+            self.group_state(out)
+        if self.release_tau or self.n_charged:
+            out["release_tau"] = np.asarray(self.release_tau, dtype=np.int64)
+            out["release_grid"] = np.asarray(self.release_grid, dtype=np.float64)
         out.update(self.schedule.state())
         return out
 
@@ -174,6 +203,8 @@ class PassiveOLU(PassiveCalibration):
         self.epoch_start = int(state.get("epoch_start", 0))
         self.n_restarts = int(state.get("n_restarts", 0))
         self.schedule.load_state(state)
+        self.group_load(state)
+        self.release_load(state)
 
     @property
     def data_dependent_steps(self) -> bool:
@@ -201,7 +232,10 @@ class PassiveOLU(PassiveCalibration):
         return out
 
     def accounting_params(self) -> dict[str, Any]:
-        # omega-series charges rho (omega-1)/(omega i^omega); the uniform allocation is its capped form rho/k
+        # omega-series charges rho (omega-1)/(omega i^omega); the uniform allocation is its capped form rho/k; the
+        # group allocation's receipts state the bound of the current window (<= rho), not added up
+        if self.allocation == "group":
+            return {"accounting": "per_update", "rho": self.spec.rho, "delta": self.spec.delta}
         return {"accounting": "omega_series", "rho_budget": self.spec.rho, "delta": self.spec.delta,
                 "omega": self.omega if self.allocation == "omega_series" else 1.2, "cap": self.capacity}
 
@@ -268,22 +302,24 @@ class PassiveOLU(PassiveCalibration):
         return self.schedule.log_gamma_sum(u - self.epoch_start, tau - self.epoch_start)
 
     def shift_bound(self, u: int, tau: int) -> tuple[float, float, float]:
-        """(Delta_u, Gamma(u, tau), a = Delta_u Gamma(u, tau)) from public quantities only."""
+        """(Delta_u, Gamma(u, tau), a = Delta_u Gamma(u, tau) + rerounding(u, tau)) from public quantities only."""
         if isinstance(self.schedule, Adaptive):
             # eta_u depends on the gradient norms (the forgotten record's too) and is not published (issue 14):
             # Delta_u <= L min(D/sqrt(p0), 2/beta), and Gamma = 1 for a deletable u (eta non-increasing, so every
             # later step has eta <= 2/beta and gamma_r = 1; schedules.Adaptive)
             delta_u = self.schedule.public_eta_bound() * self.L
-            return delta_u, 1.0, delta_u
+            return delta_u, 1.0, delta_u + self.rerounding(u, tau)
         delta_u = self.schedule.eta(u - self.epoch_start) * self.L
         gamma = math.exp(self.log_gamma(u, tau))
-        return delta_u, gamma, delta_u * gamma
+        return delta_u, gamma, delta_u * gamma + self.rerounding(u, tau)
 
     def noise_multiplier(self, i: int) -> float:
         """sigma_i / a_i.  omega series: sqrt(omega i^omega / (2 (omega - 1) rho)) (000 Alg. 1, line 5 with
         eps_alg = rho); uniform: sqrt(k / (2 rho))."""
         if self.allocation == "uniform":
             return math.sqrt(self.capacity / (2.0 * self.spec.rho))
+        if self.allocation == "group":  # equal shifts after the stream (the worst-case checks); passive_group.py
+            return math.sqrt((2.0 * i - 1.0) / (2.0 * self.spec.rho))
         w = self.omega
         return math.sqrt(w * i**w / (2.0 * (w - 1.0) * self.spec.rho))
 
@@ -323,6 +359,8 @@ class PassiveOLU(PassiveCalibration):
         self.n_restarts += 1
         self.n_charged = 0
         self.rho_spent = 0.0
+        self.release_tau, self.release_grid = [], []
+        self.group_reset()
 
     def _exact(self, u: int, tau: int, restart: bool) -> Certificate:
         self.n_deletions += 1
@@ -338,6 +376,8 @@ class PassiveOLU(PassiveCalibration):
             raise CapacityExhausted(
                 f"the model can certify {max(0, self.capacity - self.n_charged)} more deletion(s) "
                 f"(max_deletions={self.capacity}); an exact retrain is required")
+        if self.allocation == "group":
+            self.group_precheck(len(steps))
         if self.capacity is None and steps:
             i = self.n_charged + len(steps)
             if i > self._feasible_through:
@@ -396,7 +436,8 @@ class PassiveOLU(PassiveCalibration):
         return self._roundoff_k * (self.spec.domain_radius + step_norm)
 
     def _gaussian_forget(self, u: int, tau: int) -> Certificate:
-        """One deletion: certified shift a = max(Delta_u Gamma(u, tau), round-off floor) (issue 14 case 2), sigma_i
+        """One deletion: certified shift a = max(Delta_u Gamma(u, tau) + the re-rounding of the releases since u
+        (issue 29 item 7), round-off floor) (issue 14 case 2), sigma_i
         = noise_multiplier(i) a, released through the discrete Gaussian (release.py), which reports the grid g and
         the lattice sensitivity a' = a + g sqrt(d + 1) with sigma' = sigma_i a'/a; rho_i = a^2/(2 sigma_i^2) is
         unchanged (= a'^2/(2 sigma'^2), CKS20 Thm 14)."""
@@ -404,38 +445,49 @@ class PassiveOLU(PassiveCalibration):
         schedule = self.schedule
         if not self._inline_shift or isinstance(schedule, Adaptive):
             delta_u, gamma, shift = self.shift_bound(u, tau)
+            rerounding = self.rerounding(u, tau)
             floor = self.roundoff_floor(u, tau)
         else:  # shift_bound and roundoff_floor inlined: the same float operations, one schedule.eta call
             start = self.epoch_start
             delta_u = schedule.eta(u - start) * self.L
             gamma = math.exp(schedule.log_gamma_sum(u - start, tau - start))
-            shift = delta_u * gamma
+            rerounding = self.rerounding(u, tau) if self.release_tau else 0.0
+            shift = delta_u * gamma + rerounding
             e = self._roundoff_per_step(delta_u)
             floor = release.roundoff_floor(e, tau - u + 1, schedule.g if isinstance(schedule, ConstantStep) else 1.0)
             n_del = self.n_deletions
             if n_del > 0 and not e <= 0.0:
                 floor += 2.0 * e * float(n_del)  # release.roundoff_floor(e, n_deletions, 1.0)
         a = shift if shift >= floor else floor
-        sigma = self.noise_multiplier(i) * a
-        rho_i = 0.5 * (a / sigma) ** 2 if sigma > 0 else 0.0  # a^2/(2 sigma^2), the ratio first (no under/overflow)
+        group = self.allocation == "group"
+        if group:  # sigma from the group's shift and the noise already in the state (passive_group.py)
+            sigma, sens, rho_i, group_shift = self.group_noise(u, tau, a)
+        else:
+            sigma, sens = self.noise_multiplier(i) * a, a
+            rho_i = 0.5 * (a / sigma) ** 2 if sigma > 0 else 0.0  # a^2/(2 sigma^2), the ratio first
         R = self.spec.domain_radius
         res = None
         if type(self.noise) is SecureGaussianNoise and sigma > 0.0:  # production: release.discrete_release's
-            res = fast_dgauss.secure_discrete_release(self.theta, a, sigma, R, R)  # compiled route, called directly
+            res = fast_dgauss.secure_discrete_release(self.theta, sens, sigma, R, R)  # compiled route, called directly
         if res is None:
-            res = release.discrete_release(self.theta, a, sigma, self.noise, scale=R, radius=R)
+            res = release.discrete_release(self.theta, sens, sigma, self.noise, scale=R, radius=R)
         self.theta, grid, sigma_used, sens_used = res
+        if group:
+            self.group_record(u, tau, sigma, grid)
+        release.record_release(self.release_tau, self.release_grid, tau, grid)  # later forgets' rerounding
         if isinstance(self.schedule, Adaptive) and self.eta_script is None:
             self.schedule.forget_gradient_norms()  # later steps: public bound instead of the gradient norms
         self.n_charged = i
         self.n_deletions += 1
-        self.rho_spent += rho_i
+        self.rho_spent = rho_i if group else self.rho_spent + rho_i
         if self.capacity is None:  # allocation omega_series
             details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "omega": self.omega,
-                       "grid": grid, "shift": shift, "roundoff_floor": floor}
+                       "grid": grid, "shift": shift, "rerounding": rerounding, "roundoff_floor": floor}
+            if group:
+                details.update(group_shift=group_shift, group_size=float(len(self.group_u)))
         else:
             details = {"Delta_u": delta_u, "Gamma": gamma, "series_index": float(i), "capacity": float(self.capacity),
-                       "grid": grid, "shift": shift, "roundoff_floor": floor}
+                       "grid": grid, "shift": shift, "rerounding": rerounding, "roundoff_floor": floor}
         return Certificate(u, tau, self.n_deletions, release.MECHANISM, sigma_used, sens_used, rho_i, details)
 
     def apply_noise(self, sigma: float, grid: float) -> np.ndarray:

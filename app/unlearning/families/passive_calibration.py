@@ -19,7 +19,7 @@ from ..mechanism.calibration import (N_MAX, Checks, common_checks, construct, no
 
 SCHEDULES = ("strongly_convex_capped", "strongly_convex", "convex_constant", "regularized_convex", "adaptive")
 
-ALLOCATIONS = ("omega_series", "uniform")
+ALLOCATIONS = ("omega_series", "uniform", "group")  # group: passive_group.py
 
 # hyperparameters each schedule accepts beyond the common ones
 _SCHEDULE_KEYS = {

@@ -29,7 +29,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from ..contract.certificate import Certificate
-from ..contract.errors import SpecError
+from ..contract.errors import CapacityExhausted, SpecError
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData
 from ..maths.domain import project_l2_ball
@@ -133,6 +133,11 @@ class PassiveOLURestart(PassiveOLU):
             return True
         if self.capacity is not None and self.n_charged >= self.capacity:
             return True
+        if self.allocation == "group":
+            try:
+                self.group_precheck(1)
+            except CapacityExhausted:
+                return True
         return tau_loc / u_loc**2 > self.restart_threshold(tau_loc)
 
     def restart(self) -> None:

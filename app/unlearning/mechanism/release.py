@@ -153,3 +153,24 @@ def on_grid(values: np.ndarray, grid: float) -> bool:
     """Whether every value is an integer multiple of ``grid`` (tests, audits)."""
     q = np.asarray(values, dtype=np.float64) / grid
     return bool(np.all(q == np.rint(q)))
+
+
+def record_release(taus: list, grids: list, tau: int, grid: float) -> None:
+    """Append a release at time ``tau`` on grid g to a family's release history (one row per time, the grids of the
+    releases at that time summed): the history ``rerounding`` reads."""
+    if grid > 0.0:
+        if taus and taus[-1] == tau:
+            grids[-1] += grid
+        else:
+            taus.append(tau)
+            grids.append(grid)
+
+
+def rerounding(taus, grids, since: int, n: int, contraction=None, before: float = math.inf) -> float:
+    """sum over the releases r at since <= tau_r < before of g_r sqrt(n) c(tau_r) (c = contraction(tau_r) to the
+    present, 1 when None): what re-rounding at those releases adds to a shift carried through them (issue 21 /
+    issue 29 item 7): both worlds round their own point to the release's lattice, so the carried part of their gap
+    grows by up to g sqrt(n) per release (each coordinate's rounding moves it by at most g/2, twice)."""
+    root_n = math.sqrt(n)
+    return sum(g * root_n * (1.0 if contraction is None else contraction(t)) for t, g in zip(taus, grids)
+               if since <= t < before)
