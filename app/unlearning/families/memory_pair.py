@@ -40,7 +40,10 @@ Deletion (Alg. "Memory Pair Deletion"), corrected:
     status becomes "retrain_required" once no further step fits; retrain(retained) starts a new epoch;
   * the curvature memory is dropped after every deletion: the stored pairs are functions of every example
     learned, including the deleted one, and keeping them would let later models depend on it beyond the noise;
-  * deleting the only example left is exact (theta back to the never-learned start), no budget is spent.
+  * deleting the only example left is exact (theta back to the never-learned start), no budget is spent;
+  * nothing accepted is unforgettable (issue 29): client mode keeps no data, so a forget beyond the capacity is an
+    exact restart (theta 0, a new epoch; every record learned before it forgotten exactly, ``restart`` receipts); a
+    model stored with settings now refused forgets by that restart, or by an exact retrain without the records.
 
 What the certificate rests on (the draft does not prove it): Delta bounds ||theta + d - theta_replay||, the
 gap between the corrected model and an exact replay without the deleted point.  bench/memory_pair_replay.py
@@ -150,6 +153,7 @@ class MemoryPair(MemoryPairCalibration):
         self.deletions = 0      # this epoch
         self.deletions_total = 0
         self.epoch = 0
+        self.epoch_start = 0    # records learned at steps <= epoch_start are not in the model (restarts)
 
     def records_held(self) -> int | None:
         return self.t - self.deletions_total if self.needs_retained_data else None
@@ -161,6 +165,7 @@ class MemoryPair(MemoryPairCalibration):
             "n_pairs": self.mem.count, "pairs_skipped": self.mem.skipped, "t": self.t, "n_active": self.n_active,
             "n_inserts": self.n_inserts, "S_grad": self.S_grad, "rho_spent": self.rho_spent,
             "deletions": self.deletions, "deletions_total": self.deletions_total, "epoch": self.epoch,
+            "epoch_start": self.epoch_start,
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -184,6 +189,7 @@ class MemoryPair(MemoryPairCalibration):
         self.deletions = int(state["deletions"])
         self.deletions_total = int(state["deletions_total"])
         self.epoch = int(state["epoch"])
+        self.epoch_start = int(state.get("epoch_start", 0))  # states stored before restarts: 0
 
     @property
     def step(self) -> int:
@@ -219,7 +225,8 @@ class MemoryPair(MemoryPairCalibration):
 
     @property
     def status(self) -> str:
-        return "ready" if self.capacity_left > 0 else "retrain_required"
+        # client mode restarts beyond the capacity (forget): it never needs the retrain it could not do
+        return "ready" if self.capacity_left > 0 or not self.supports_retrain else "retrain_required"
 
     def removal_scale(self, n: int) -> float:
         """1/(n - 1) for the leave-one-out Newton step from a model of n examples; 1 for the draft's step."""
@@ -366,26 +373,40 @@ class MemoryPair(MemoryPairCalibration):
         for u in steps:
             if not 1 <= u <= self.t:
                 raise ForgetError(f"step {u} was never learned by this model")
-        if self.refused is not None:
-            raise NotDeletable(f"this model's settings would make its certificates false: {self.refused}; "
-                               "create a model with certified settings", steps=steps)
         if len(set(steps)) != len(steps):
             raise ForgetError("a step is named twice")
-        if len(steps) > self.n_active:
+        current = [u for u in steps if u > self.epoch_start]  # earlier records are not in the model (restart)
+        if len(current) > self.n_active:
             raise ForgetError("more deletions than examples in the model")
         if retained is None:
             raise ForgetError("memory_pair needs the deleted records' features (from the store or the request)")
+        charged = sum(1 for j in range(len(current)) if self.n_active - j > 1)
+        if self.refused is not None or (charged > self.capacity_left and not self.supports_retrain):
+            return self._forget_exactly(steps, retained)  # settings refused now, or no data to retrain on
         try:
-            X, y = retained.get(steps)
+            X, y = retained.get(current)
         except KeyError:
             raise ForgetError("the features of a deleted record are not available") from None
         X, y = validate_examples(self.spec, self.loss, X, y)
-        charged = sum(1 for j in range(len(steps)) if self.n_active - j > 1)
         if charged > self.capacity_left:
             raise CapacityExhausted(
                 f"deletion capacity spent ({self.deletions} of {self.capacity} this epoch); retrain required")
         Xa = augment(X)
-        return [self._forget_one(u, Xa[j], float(y[j])) for j, u in enumerate(steps)]
+        at = {u: j for j, u in enumerate(current)}
+        return [self._forget_one(u, Xa[at[u]], float(y[at[u]])) if u in at else self._exact(u, self.t, False)
+                for u in steps]
+
+    def _forget_exactly(self, steps: list[int], retained: RetainedData) -> list[Certificate]:
+        """An exact retrain without ``steps`` (retained mode) or a restart (client mode); ``restart`` on the first."""
+        self._relearn(retained, exclude=steps) if self.needs_retained_data else self._reset_epoch(start=self.t)
+        return [self._exact(u, self.t, restart=j == 0) for j, u in enumerate(steps)]
+
+    def _exact(self, u: int, tau: int, restart: bool) -> Certificate:
+        self.deletions_total += 1
+        return Certificate(learned_step=u, forgotten_step=tau, deletion_index=self.deletions_total, mechanism="exact",
+                           sigma=0.0, sensitivity=0.0, rho=0.0,
+                           details={"restart": 1.0 if restart else 0.0, "epoch": float(self.epoch),
+                                    "epoch_start": float(self.epoch_start)})
 
     def roundoff_floor(self, u: int) -> float:
         """Float64 round-off two coupled runs can add to their gap from step u on (release.py): every quasi-Newton
@@ -443,6 +464,10 @@ class MemoryPair(MemoryPairCalibration):
         """New epoch: odometer reset, model relearned from the start on the retained examples in step order.
 
         The step clock ``t`` is kept (records keep their step ids)."""
+        self._relearn(retained)
+
+    def _reset_epoch(self, start: int = 0) -> None:
+        self.epoch_start = start  # 0 after a retrain: every retained record is in the model again
         self.theta = np.zeros(self.p)
         self.mem.clear()
         self.mem.skipped = 0
@@ -451,7 +476,10 @@ class MemoryPair(MemoryPairCalibration):
         self.rho_spent = 0.0
         self.deletions = 0
         self.epoch += 1
-        for _, X, y in retained.chunks(1024):
+
+    def _relearn(self, retained: RetainedData, exclude: Sequence[int] = ()) -> None:
+        self._reset_epoch()
+        for _, X, y in retained.chunks(1024, exclude=exclude):
             for x_aug, label in zip(augment(np.asarray(X, dtype=np.float64)), np.asarray(y, dtype=np.float64)):
                 self._update(x_aug, float(label))
 
