@@ -295,7 +295,7 @@ def test_dp_tree_beyond_max_deletions_restarts_exactly():
     c1, c2 = e.forget([5, 9])                      # was CapacityExhausted: 409 "retrain it", no retrain
     assert [(c.mechanism, c.rho, c.details["restart"]) for c in (c1, c2)] == [("exact", 0.0, 1.0), ("exact", 0.0, 0.0)]
     assert not e.published().any() and e.step == 20 and e.ledger()["capacity_left"] == 2
-    assert e.ledger()["epoch"] == 1 and e.ledger()["learn_left"] == 44
+    assert e.n_restarts == 1 and e.ledger()["learn_left"] == 44
     twin = OnlineDPTree.from_state(s, e.state())
     assert twin.step == 20 and twin.epoch_start == 20 and twin.n_charged == 0
     # the records after the restart: the same published sequence as a fresh model that only ever saw them

@@ -347,8 +347,6 @@ class OnlineDPTree(Unlearner):
             "capacity_total": self.k,
             "capacity_left": max(0, self.k - self.n_charged),  # this epoch's; the next deletion restarts at 0
             "deletions": self.n_deletions,
-            "epoch": self.n_restarts,
-            "epoch_start": self.epoch_start,
             "rho_tree": self.rho_tree,
             "group_factor": self.group,
             "horizon": self.horizon,
