@@ -67,7 +67,7 @@ class Forgetting(UseCase):
                 if gone is not None:
                     raise Problem(409, "record-already-forgotten", f"Record {ids[gone]!r} was already forgotten.",
                                   receipt_id=forgotten[commits[gone]])
-                engine = engine or self._checkout(s, row)
+                engine = self._checkout(s, row) if engine is None else engine
             records = [_Rec(c, k, f.step, None if f.example_mac is None else f.example_mac.hex(), f.learned_at, f)
                        for c, k, f in zip(commits, lookups, (learned[i] for i in range(len(ids))))]
             dim = json.loads(row.spec_json)["dim"]
