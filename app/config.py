@@ -75,7 +75,8 @@ class Settings(BaseSettings):
         300.0, gt=0, allow_inf_nan=False,
         description="Seconds after which an Idempotency-Key claim whose request never answered (its process died) "
                     "is taken over by a retry; until then the retry answers 409 idempotency-request-in-progress. "
-                    "Keep it above the longest request (OLU_REQUEST_DEADLINE_SECONDS plus database waits).")
+                    "Keep it above the longest request (OLU_REQUEST_DEADLINE_SECONDS plus database waits); a live "
+                    "request whose claim is taken over commits nothing (fenced).")
 
     @field_validator("rate_limit", "rate_limit_burst", mode="before")
     @classmethod

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.unlearning.maths import d2d_constants as dm
-from app.unlearning.contract.errors import CapacityExhausted, ForgetError, SpecError
+from app.unlearning.contract.errors import ForgetError, SpecError
 from app.unlearning.contract.spec import ModelSpec
 from app.unlearning.contract.unlearner import ArrayRetained
 from app.unlearning.verification.d2d_replay import d2d_replay
@@ -381,7 +381,9 @@ def test_published_is_cached_and_freshly_noised_per_update():
     assert "theta" in eng.state() and not np.array_equal(eng.state()["theta"], p2)
 
 
-def test_capacity_rule_refuses_below_half_and_retrain_resets_the_epoch():
+def test_below_half_the_forget_is_an_exact_retrain_and_retrain_resets_the_epoch():
+    """Assumption 2.6 (n_i >= n/2): a forget that would cross it is an exact retrain on the rest (issue 29 item 4;
+    before, CapacityExhausted: retrain required, and a one-record epoch could never forget its record)."""
     rng = np.random.default_rng(2)
     X, y = random_data(21, 2, rng)
     spec = make_spec("secret", loss="logistic", x_norm=1.0, y_abs=1.0, radius=3.0, l2=0.2, iterations=2)
@@ -390,20 +392,48 @@ def test_capacity_rule_refuses_below_half_and_retrain_resets_the_epoch():
     assert eng.ledger()["capacity_total"] == 10 and eng.ledger()["capacity_left"] == 10
     held = steps[:]
     for s in steps[:10]:
-        eng.forget([s], ArrayRetained(held, X[np.array(held) - 1], y[np.array(held) - 1]))
+        (c,) = eng.forget([s], ArrayRetained(held, X[np.array(held) - 1], y[np.array(held) - 1]))
+        assert c.mechanism != "exact" or not c.details.get("restart")
         held.remove(s)
-    assert len(held) == 11 and eng.status == "retrain_required" and eng.ledger()["capacity_left"] == 0
+    assert len(held) == 11 and eng.status == "ready" and eng.ledger()["capacity_left"] == 0
     store = ArrayRetained(held, X[np.array(held) - 1], y[np.array(held) - 1])
     before = eng.state()
-    with pytest.raises(CapacityExhausted):
-        eng.forget([held[0]], store)
-    _assert_state_equal(before, eng.state())  # refused atomically
-    with pytest.raises(CapacityExhausted):  # a batch that would cross n/2 is refused as a whole
-        DescentToDelete.from_state(spec, before).forget(held[:2], store)
-    eng.retrain(store)
-    assert (eng.epoch, eng.n_epoch, eng.round, eng.status) == (2, 11, 0, "ready")
+    twin = DescentToDelete.from_state(spec, before)
+    certs = twin.forget(held[:2], store)  # a batch that crosses n/2: one exact retrain for the whole request
+    assert [(c.mechanism, c.sigma, c.rho, c.details["restart"], c.details["retrain"]) for c in certs] == \
+        [("exact", 0.0, 0.0, 1.0, 1.0), ("exact", 0.0, 0.0, 0.0, 1.0)]
+    assert (twin.epoch, twin.n_epoch, twin.round) == (2, 9, 0)
+    (c,) = eng.forget([held[0]], store)
+    assert (c.mechanism, c.rho, c.details["restart"], c.details["n_after"]) == ("exact", 0.0, 1.0, 10.0)
+    rest = ArrayRetained(held[1:], X[np.array(held[1:]) - 1], y[np.array(held[1:]) - 1])
+    assert (eng.epoch, eng.n_epoch, eng.round, eng.status) == (2, 10, 0, "ready")
+    np.testing.assert_array_equal(eng.theta, eng.train_from_scratch(DatasetView(rest)))  # A(D minus u), exactly
+    eng.retrain(rest)
+    assert (eng.epoch, eng.n_epoch, eng.round, eng.status) == (3, 10, 0, "ready")
     assert eng.ledger()["capacity_left"] == 5
-    np.testing.assert_allclose(eng.theta, eng.train_from_scratch(DatasetView(store)))
+    np.testing.assert_allclose(eng.theta, eng.train_from_scratch(DatasetView(rest)))
+
+
+@pytest.mark.parametrize("variant", ["secret", "perfect", "regularized_strong", "regularized_weak", "distributed"])
+def test_every_record_is_forgotten_the_last_one_included(variant):
+    """Issue 29 item 4: learn 1 record, forget it (was 409 retrain-required, and a retrain did not help); learn 30,
+    forget all 30 one by one."""
+    rng = np.random.default_rng(7)
+    X, y = random_data(30, 2, rng)
+    spec = make_spec(variant, loss="logistic", x_norm=1.0, y_abs=1.0, radius=3.0, l2=0.2,
+                     **({} if variant == "perfect" else {"iterations": 2}))
+    eng = DescentToDelete(spec, SeededNoise(1))
+    steps = list(eng.learn(X[:1], y[:1], None))
+    (c,) = eng.forget(steps, ArrayRetained(steps, X[:1], y[:1]))
+    assert (c.mechanism, c.details["restart"]) == ("exact", 1.0)
+    assert eng.n_current == eng.n_epoch == 0 and not np.any(eng.published())  # the initial state
+    held = list(eng.learn(X, y, None))
+    for u in list(held):
+        store = ArrayRetained(held, X[np.array(held) - 2], y[np.array(held) - 2])
+        (c,) = eng.forget([u], store)
+        assert np.isfinite(c.sigma) and c.learned_step == u
+        held.remove(u)
+    assert eng.n_current == 0 and not np.any(eng.published()) and eng.status == "ready"
 
 
 def test_forget_errors_and_certificates():

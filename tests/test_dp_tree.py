@@ -409,13 +409,10 @@ def test_ledger_charged_at_creation_deletions_free():
         assert c.details["grid"] == e.grid
     assert np.array_equal(before, e.published())  # a deletion changes nothing
     assert e.ledger()["rho_spent"] == e.rho_olu and e.ledger()["capacity_left"] == 1 and e.status == "ready"
-    with pytest.raises(CapacityExhausted):
-        e.forget([1, 2])
-    assert e.ledger()["deletions"] == 2
     with pytest.raises(ForgetError):
         e.forget([21])
     e.forget([1])
-    assert e.status == "retrain_required" and e.ledger()["capacity_left"] == 0
+    assert e.status == "ready" and e.ledger()["capacity_left"] == 0
     # beyond the horizon nothing is learned
     state = e.state()
     with pytest.raises(InputError) as err:
@@ -496,8 +493,23 @@ def test_online_dp_tree_over_http(server, tenant):
     assert r.status_code == 409 and r.json()["type"].endswith("/horizon-reached"), r.text
     assert c.get(f"/v1/models/{mid}").json()["step"] == 30
     assert c.post(f"/v1/models/{mid}/learn", json={"examples": examples(X[30:40], start=30)}).status_code == 200
-    # deletions beyond max_deletions: refused
-    r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-1", "rec-2"]})
-    assert r.status_code == 409 and r.json()["type"].endswith("/deletion-capacity-exhausted")
+    # deletions beyond max_deletions: an exact restart (issue 29 item 5; was 409 "retrain it" with no retrain)
     rt = c.post(f"/v1/models/{mid}/retrain")
     assert rt.status_code == 409 and rt.json()["type"].endswith("/retrain-not-supported")
+    r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-1", "rec-2"]})
+    assert r.status_code == 200, r.text
+    first, second = r.json()["receipts"]
+    assert first["mechanism"] == {"type": "exact", "sigma": 0.0, "sensitivity": 0.0, "rho": 0.0, "restart": True}
+    assert second["mechanism"]["type"] == "exact" and "restart" not in second["mechanism"]
+    assert first["epoch"] == second["epoch"] == 2 and all(verify_receipt(x, keys) for x in (first, second))
+    params = c.get(f"/v1/models/{mid}/parameters").json()
+    assert not any(params["weights"]) and params["bias"] == 0.0  # the initial state
+    ledger = c.get(f"/v1/models/{mid}/ledger").json()
+    assert [(e["kind"], e["rho"]) for e in ledger["entries"][-3:]] == [("restart", 0.0), ("creation", charge),
+                                                                        ("deletion", 0.0)]
+    assert ledger["epoch"] == 2 and ledger["rho_spent"] == charge and ledger["capacity_left"] == 3
+    # every other record learned before the restart: exact and free; the new epoch's records: dp_from_start
+    ids = [f"rec-{i}" for i in range(40) if i not in (1, 2, 3, 29)]
+    r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ids})
+    assert r.status_code == 200 and {x["mechanism"]["type"] for x in r.json()["receipts"]} == {"exact"}, r.text
+    assert c.get(f"/v1/models/{mid}").json()["n_forgotten"] == 40 and c.get(f"/v1/models/{mid}").json()["step"] == 40

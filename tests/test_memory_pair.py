@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from app.unlearning.contract.errors import CapacityExhausted, ForgetError, NotDeletable, SpecError
+from app.unlearning.contract.errors import CapacityExhausted, ForgetError, SpecError
 from app.unlearning.contract.spec import ModelSpec
 from app.unlearning.contract.unlearner import ArrayRetained
 from app.unlearning.families.memory_pair import MemoryPair, UncertifiedMemoryPair, example_digest
@@ -405,16 +405,23 @@ def test_settings_measured_under_noised_are_refused(hp, words):
     assert MemoryPair.normalize_hyperparameters(make_spec(burn_in=least))["burn_in"] == least  # accepted
     with pytest.raises(SpecError, match=f"integer >= {least}"):
         MemoryPair.normalize_hyperparameters(make_spec(burn_in=least - 1))
-    # a model stored before the refusal loads and learns, but refuses every forget and changes nothing
+    # a model stored before the refusal loads and learns, and forgets exactly, never with a certificate under the
+    # refused settings (issue 29 item 4; was NotDeletable: the record could never be forgotten): an exact retrain
+    # without the record (retained mode), a restart (client mode)
     X, y = make_data(3, 40)
     old = MemoryPair(sp, SeededNoise(1))
     steps = old.learn(X, y)
-    before = old.state()
-    with pytest.raises(NotDeletable, match="certificates false") as e:
-        old.forget([20], ArrayRetained(steps, X, y))
-    assert e.value.steps == (20,)
-    after = old.state()
-    assert all(np.array_equal(before[k], after[k]) for k in before)
+    (c,) = old.forget([20], ArrayRetained(steps, X, y))
+    assert (c.mechanism, c.rho, c.details["restart"]) == ("exact", 0.0, 1.0)
+    keep = steps != 20
+    ref = MemoryPair(sp, SeededNoise(1))
+    ref.retrain(ArrayRetained(steps[keep], X[keep], y[keep]))
+    assert np.array_equal(old.published(), ref.published()) and old.n_active == 39 and old.epoch == 1
+    client = MemoryPair(make_spec(**hp, deletion_features="client"), SeededNoise(1))
+    client.learn(X, y)
+    (c,) = client.forget([20], ArrayRetained([20], X[19:20], y[19:20]))
+    assert (c.mechanism, c.details["restart"]) == ("exact", 1.0) and not client.published().any()
+    assert client.n_active == 0 and client.epoch_start == 40
     # the measurement-only class forgets under them (bench/, tests/)
     u = UncertifiedMemoryPair(sp, SeededNoise(1))
     u.learn(X, y)

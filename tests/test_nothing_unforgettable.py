@@ -9,6 +9,15 @@
   exact retrains without the record, and a retrain that opens such an epoch leaves the model forgettable.
 
 Each test here fails on the code before issue 21 (NotDeletable / CapacityExhausted / retrain_required).
+
+Issue 29 items 4-5 (the tests from ``# ---- issue 29`` on fail before it):
+
+* descent_to_delete refused a forget leaving fewer than n/2 of the epoch's records (Assumption 2.6) and a retrain on
+  one record made that epoch, so a model's last record could never be forgotten: now an exact retrain on the rest;
+* online_dp_tree past max_deletions and memory_pair in client mode past its capacity keep no data, yet answered
+  409 "retrain it" while /retrain answered retrain-not-supported: now an exact restart;
+* every refusal names a path that works (the ``retrain`` member where the family can retrain, ``delete`` where it
+  cannot), and following it works.
 """
 from __future__ import annotations
 
@@ -17,6 +26,7 @@ import math
 import numpy as np
 import pytest
 
+from app.unlearning import ALGORITHMS
 from app.unlearning.contract.spec import ModelSpec
 from app.unlearning.contract.unlearner import ArrayRetained
 from app.unlearning.mechanism.noise import SeededNoise
@@ -268,3 +278,153 @@ def test_rewind_descend_over_http(tenant):
     assert kinds == ["restart", "retrain", "restart", "restart", "restart"]
     params = c.get(f"/v1/models/{mid}/parameters").json()
     assert not any(params["weights"]) and params["bias"] == 0.0
+
+
+# ---- issue 29: online_dp_tree and memory_pair (client mode) past their capacity, engine -----------------------------
+def test_dp_tree_beyond_max_deletions_restarts_exactly():
+    from app.privacy import rho_from_epsilon_delta
+    from app.unlearning.families.dp_tree import OnlineDPTree
+
+    s = ModelSpec("online_dp_tree", "logistic", 3, 1.0, 1.0, 10.0, 0.01, 1.0, 1e-6, rho_from_epsilon_delta(1.0, 1e-6),
+                  {"horizon": 64, "max_deletions": 2})
+    e = OnlineDPTree(s, SeededNoise(1))
+    X, y = mixed_stream(np.random.default_rng(1), 40)
+    e.learn(X[:20], y[:20])
+    assert [c.mechanism for c in e.forget([3, 7])] == ["dp_from_start"] * 2
+    assert e.status == "ready" and e.ledger()["capacity_left"] == 0
+    c1, c2 = e.forget([5, 9])                      # was CapacityExhausted: 409 "retrain it", no retrain
+    assert [(c.mechanism, c.rho, c.details["restart"]) for c in (c1, c2)] == [("exact", 0.0, 1.0), ("exact", 0.0, 0.0)]
+    assert not e.published().any() and e.step == 20 and e.ledger()["capacity_left"] == 2
+    assert e.n_restarts == 1 and e.ledger()["learn_left"] == 44
+    twin = OnlineDPTree.from_state(s, e.state())
+    assert twin.step == 20 and twin.epoch_start == 20 and twin.n_charged == 0
+    # the records after the restart: the same published sequence as a fresh model that only ever saw them
+    e.noise = SeededNoise(5)
+    steps = e.learn(X[20:], y[20:])
+    assert steps[0] == 21 and steps[-1] == 40
+    fresh = OnlineDPTree(s, SeededNoise(5))
+    fresh.learn(X[20:], y[20:])
+    assert np.array_equal(e.published(), fresh.published())
+    assert [c.mechanism for c in e.forget([1, 2, 25])] == ["exact", "exact", "dp_from_start"]  # pre-epoch: free
+    assert e.ledger()["capacity_left"] == 1 and e.n_deletions == 7
+
+
+def test_memory_pair_client_mode_beyond_capacity_restarts_exactly():
+    from app.unlearning.families.memory_pair import MemoryPair
+
+    s = ModelSpec("memory_pair", "logistic", 4, 1.0, 1.0, 5.0, 0.05, 1.0, 1e-5, 1.0,
+                  {"capacity": 1, "deletion_features": "client"})
+    e = MemoryPair(s, SeededNoise(2))
+    rng = np.random.default_rng(2)
+    X, y = rng.normal(size=(12, 4)) / 3, (rng.random(12) < 0.5).astype(float)
+    e.learn(X, y)
+    sent = lambda *u: ArrayRetained(list(u), X[np.array(u) - 1], y[np.array(u) - 1])  # noqa: E731
+    assert e.forget([4], sent(4))[0].mechanism == "discrete_gaussian"
+    assert e.capacity_left == 0 and e.status == "ready" and not e.supports_retrain
+    c1, c2 = e.forget([5, 6], sent(5, 6))          # was CapacityExhausted and retrain_required, forever
+    assert [(c.mechanism, c.details["restart"]) for c in (c1, c2)] == [("exact", 1.0), ("exact", 0.0)]
+    assert not e.published().any() and e.capacity_left == 1 and e.epoch_start == 12
+    twin = MemoryPair.from_state(s, e.state())
+    assert twin.epoch_start == 12 and twin.n_active == 0
+    e.learn(X[:3], y[:3])                          # steps 13-15
+    assert e.forget([1], sent(1))[0].mechanism == "exact"  # learned before the restart: nothing of it is left
+    X2 = np.vstack([X, X[:3]])
+    assert e.forget([14], ArrayRetained([14], X2[13:14], np.concatenate([y, y[:3]])[13:14]))[0].mechanism == \
+        "discrete_gaussian"
+
+
+# ---- issue 29: every family over HTTP: the last record, and every refusal's advice followed -------------------------
+SMALL_CAPACITY = {
+    "passive_olu": {"allocation": "uniform", "max_deletions": 1},
+    "passive_olu_restart": {"max_deletions": 1, "horizon": 1000},
+    "rewind_to_delete": {"initial_size": 3, "T": 20, "m_max": 1},
+    "memory_pair": {"capacity": 1},
+    "memory_pair_client": {"capacity": 1, "deletion_features": "client"},
+    "online_dp_tree": {"horizon": 1000, "max_deletions": 1},
+}
+FAMILIES = sorted(set(ALGORITHMS) | {"memory_pair_client"})
+
+
+def _forget_following_advice(c, mid: str, ex: list[dict], client_mode: bool, followed: list[str]) -> dict:
+    req = {"ids": [e["id"] for e in ex], **({"examples": ex} if client_mode else {})}
+    r = c.post(f"/v1/models/{mid}/unlearn", json=req)
+    if r.status_code == 409:
+        p = r.json()
+        assert p["type"] in ("/problems/deletion-capacity-exhausted", "/problems/retrain-required"), p
+        if "retrain" in p:                         # the advice: retrain, then the forget works
+            assert p["retrain"] == f"/v1/models/{mid}/retrain" and "delete" not in p, p
+            t = c.post(p["retrain"])
+            assert t.status_code == 200, t.text
+            followed.append(p["type"])
+            r = c.post(f"/v1/models/{mid}/unlearn", json=req)
+        else:
+            raise AssertionError(f"a refusal without a retrain the family can do: {p}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_forgets_every_record_following_any_advice(tenant, family, monkeypatch):
+    from app.unlearning import DescentToDelete
+
+    monkeypatch.setattr(DescentToDelete, "max_iterations", 20_000, raising=False)
+    _, c = tenant
+    algorithm = family.removesuffix("_client")
+    client_mode = family.endswith("_client")
+    model = create_model(c, dim=3, algorithm=algorithm, l2=0.05, domain_radius=10.0,
+                         hyperparameters=SMALL_CAPACITY.get(family, {}))
+    mid = model["id"]
+    X = unit_rows(6, 3, seed=3)
+    ex = examples(X)
+    # one record, forgotten: the model's last record (descent_to_delete answered 409 retrain-required forever)
+    assert c.post(f"/v1/models/{mid}/learn", json={"examples": ex[:1]}).status_code == 200
+    followed: list[str] = []
+    _forget_following_advice(c, mid, ex[:1], client_mode, followed)
+    # then more, forgotten one by one, the last one included
+    more = examples(X, prefix="m")
+    assert c.post(f"/v1/models/{mid}/learn", json={"examples": more}).status_code == 200
+    for e in more:
+        _forget_following_advice(c, mid, [e], client_mode, followed)
+    m = c.get(f"/v1/models/{mid}").json()
+    assert m["n_forgotten"] == 7 and m["n_records"] == 7, m
+    # /retrain answers 200 or 409 retrain-not-supported, and then the forgets still need no retrain (above)
+    t = c.post(f"/v1/models/{mid}/retrain")
+    assert t.status_code == 200 or t.json()["type"] == "/problems/retrain-not-supported", t.text
+    if family in ("rewind_to_delete", "memory_pair"):
+        assert followed, "the small capacity should have been spent once"   # the retrain path was exercised
+
+
+@pytest.mark.parametrize("algorithm", ["passive_olu", "retrain"])
+def test_the_advice_comes_from_the_engine_contract_and_works(tenant, algorithm, monkeypatch):
+    """A refusal names the retrain only where the engine can retrain (``supports_retrain``), else the deletion of the
+    model; each is followed here and works.  (No family refuses this way now without a retrain: the refusal is
+    provoked.)  Before, it always said "retrain it"."""
+    from app.unlearning import CapacityExhausted
+
+    _, c = tenant
+    mid = create_model(c, dim=3, algorithm=algorithm)["id"]
+    assert c.post(f"/v1/models/{mid}/learn", json={"examples": examples(unit_rows(4, 3, seed=5))}).status_code == 200
+    cls = ALGORITHMS[algorithm]
+
+    def refuse(self, steps, retained=None):
+        raise CapacityExhausted("provoked")
+
+    monkeypatch.setattr(cls, "forget", refuse)
+    r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-1"]})
+    p = r.json()
+    assert r.status_code == 409 and p["type"] == "/problems/deletion-capacity-exhausted", p
+    monkeypatch.undo()
+    r2 = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-1"]})  # the model is now marked
+    p2 = r2.json()
+    if cls.supports_retrain:
+        assert p2["type"] == "/problems/retrain-required" and p["retrain"] == p2["retrain"] == f"/v1/models/{mid}/retrain"
+        assert "delete" not in p and "retrain" in p["detail"].lower()
+        assert c.post(p["retrain"]).status_code == 200
+        assert c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-1"]}).status_code == 200
+    else:
+        assert "retrain" not in p and p["delete"] == f"/v1/models/{mid}" and "retrain it" not in p["detail"], p
+        # a row marked so (as models stored before this change may be) is forgotten by the engine: no dead end
+        assert r2.status_code == 200, p2
+        d = c.delete(p["delete"])
+        assert d.status_code in (200, 204), d.text
+        assert c.get(f"/v1/models/{mid}").status_code == 404

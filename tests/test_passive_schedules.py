@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from app.unlearning.contract.errors import NotDeletable, SpecError
+from app.unlearning.contract.errors import SpecError
 from app.unlearning.mechanism.noise import SeededNoise
 from app.unlearning.families.passive import PassiveOLU
 from app.unlearning.families.passive_calibration import regularization_lambda
@@ -142,11 +142,12 @@ def test_adaptive_uncapped_rule():
     refused = spec("adaptive", l2=0.0, capped=False, p0=1.0, radius=2.0)
     with pytest.raises(SpecError, match="p0 = 1 is refused with capped = false"):
         PassiveOLU.normalize_hyperparameters(refused)
-    stored = PassiveOLU(refused, SeededNoise(2))  # a model stored before the refusal: learns, never forgets
-    stored.learn(*mixed_stream(np.random.default_rng(0), 20))
-    with pytest.raises(NotDeletable, match="no forget certifiable"):
-        stored.forget([15])
-    assert stored.n_deletions == 0
+    stored = PassiveOLU(refused, SeededNoise(2))  # a model stored before the refusal: learns, forgets by restarts
+    steps = stored.learn(*mixed_stream(np.random.default_rng(0), 20))
+    assert stored.restart_steps(steps) == (1, 20)  # every forget restarts (was NotDeletable: never forgotten)
+    (c,) = stored.forget([15])
+    assert (c.mechanism, c.details["restart"]) == ("exact", 1.0) and not stored.published().any()
+    assert stored.n_deletions == 1 and stored.epoch_start == 20
     beta = PassiveOLU(spec("adaptive", l2=0.0, radius=2.0)).beta
     s = spec("adaptive", l2=0.0, capped=False, p0=(beta * 2.0) ** 2, radius=2.0)  # p0 = beta^2 D^2 / 4
     e = PassiveOLU(s, SeededNoise(2))

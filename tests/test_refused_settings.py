@@ -1,7 +1,9 @@
 """Issue 14 (4): a model whose settings are now refused (stored before the refusal) signs no certificate.
 
 Creation refuses them with a 422 (tests/test_api_families.py).  A model created before keeps loading: it learns
-and predicts, but every forget is answered 409 ``record-not-deletable`` with the reason, and nothing changes.
+and predicts, and (issue 29 item 4) every forget is exact -- a restart from the initial state where the model keeps no
+data, an exact retrain without the record where it keeps it -- never a certificate under the refused settings.
+Before, every forget answered 409 ``record-not-deletable``: its records could never be forgotten.
 """
 from __future__ import annotations
 
@@ -51,9 +53,8 @@ def test_a_stored_model_with_refused_settings_forgets_nothing(ctx, algorithm, ce
     ctx.models.learn(t, m, [f"r{i}" for i in range(30)], X, [float(i % 2) for i in range(30)])
     assert "predictions" in ctx.models.predict(t, m, X[:2].tolist())
     before = ctx.models.get(t, m)
-    with pytest.raises(Problem) as e:
-        ctx.models.unlearn(t, m, ["r20"])
-    assert e.value.status == 409 and e.value.slug == "record-not-deletable" and words in e.value.detail
+    (receipt,) = ctx.models.unlearn(t, m, ["r20"])["receipts"]
+    assert receipt["mechanism"] == {"type": "exact", "sigma": 0.0, "sensitivity": 0.0, "rho": 0.0, "restart": True}
     after = ctx.models.get(t, m)
-    assert after["version"] == before["version"] and after["n_forgotten"] == 0
-    assert ctx.models.ledger(t, m)["entries"] == []
+    assert after["version"] == before["version"] + 1 and after["n_forgotten"] == 1
+    assert [e["kind"] for e in ctx.models.ledger(t, m)["entries"]] == ["restart"]

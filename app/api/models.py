@@ -130,8 +130,12 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer,
     features (memory_pair with deletion_features=client: 422 `deletion-features-required` without them, 422
     `example-mismatch` when they differ from what was learned, with the labels and dimension rules of learn);
     a model that keeps its data takes the ids only (422 `examples-not-accepted`); other families ignore them.
-    The family may refuse a forget it cannot certify (422 `forget-rejected`, 409 `record-not-deletable`,
-    `deletion-capacity-exhausted`, `retrain-required`); at most OLU_MAX_BATCH ids (413 `batch-too-large`)."""
+    A forget the family's analysis cannot certify is exact instead (a restart or an exact retrain, said in the
+    receipt), except that a model that keeps its data and has spent its deletion capacity answers 409
+    `deletion-capacity-exhausted` (then `retrain-required` until retrained) with a `retrain` member naming the
+    retrain operation, after which the forget works; a model that keeps no data never answers those (such a refusal
+    would name `delete`, the model's deletion, instead). 422 `forget-rejected`, 409 `record-not-deletable`: a
+    forget the engine refuses as asked; at most OLU_MAX_BATCH ids (413 `batch-too-large`)."""
     models = get_ctx(request).models
     examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
                 if body.examples else None)
@@ -141,7 +145,8 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer,
 
 @router.post("/{model_id}/retrain", response_model=RetrainResponse, responses=responses(401, 403, 404, 409, 422))
 def retrain(model_id: ModelId, request: Request, p: Writer, idempotency_key: IdemKey = None):
-    """Exact retrain on the retained examples (data-holding families): starts a new ledger epoch."""
+    """Exact retrain on the retained examples (data-holding families): starts a new ledger epoch. A model that
+    keeps no data answers 409 `retrain-not-supported` (its forgets never need a retrain)."""
     return idempotent.run(request, p.tenant_id, None, RetrainResponse, 200,
                           lambda guard: get_ctx(request).models.learning.retrain(p.tenant_id, model_id, guard))
 

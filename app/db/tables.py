@@ -168,6 +168,8 @@ class IdempotencyRecord(Base):
     status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     response: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # the fencing token of the request that holds the claim (a take-over draws a new one); completing checks it
+    claim: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class RetainedExample(Base):

@@ -24,6 +24,20 @@ from .records import commitment_digests, example_mac
 from .model_core import (UseCase, _INSERT_FORGOTTEN, _ModelRow, _Rec, _forgotten, class_indices, feature_problem, numeric_guard)
 
 
+def spent_problem(slug: str, model_id: str, engine, why: str) -> Problem:
+    """A forget the model cannot certify now (409), with the advice its family can follow (issue 29 item 5): a retrain
+    where the engine can retrain (the ``retrain`` member names the operation), else the deletion of the model, which
+    forgets every record it learned exactly.  The advice comes from the engine contract, never the algorithm name."""
+    why = why.rstrip(".")
+    if engine.supports_retrain:
+        path = f"/v1/models/{model_id}/retrain"
+        return Problem(409, slug, f"{why}. Retrain the model (POST {path}): an exact retrain on the records it keeps "
+                                  "opens a new epoch, after which this forget is certified.", retrain=path)
+    path = f"/v1/models/{model_id}"
+    return Problem(409, slug, f"{why}. This model keeps no data to retrain on: delete it (DELETE {path}), which "
+                              "forgets every record it learned exactly, and create a new one.", delete=path)
+
+
 class Forgetting(UseCase):
     def unlearn(self, tenant_id: str, model_id: str, ids: list[str], guard=None,
                 examples: list[tuple] | None = None) -> dict[str, Any]:
@@ -34,8 +48,12 @@ class Forgetting(UseCase):
         def attempt(work):
             with self.db.read() as s:
                 row = self._model_row(s, tenant_id, model_id)
+                engine = None
                 if row.status == "retrain_required":
-                    raise Problem(409, "retrain-required", "The model can certify no further deletion; retrain it.")
+                    engine = self._checkout(s, row)
+                    if engine.supports_retrain:  # else (a row stored so before) the engine forgets exactly
+                        raise spent_problem("retrain-required", model_id, engine,
+                                            "The model can certify no further deletion")
                 key = self._record_key(s, tenant_id)
                 digests = commitment_digests(key, ids)
                 commits = [d.hex() for d in digests]
@@ -49,7 +67,7 @@ class Forgetting(UseCase):
                 if gone is not None:
                     raise Problem(409, "record-already-forgotten", f"Record {ids[gone]!r} was already forgotten.",
                                   receipt_id=forgotten[commits[gone]])
-                engine = self._checkout(s, row)
+                engine = self._checkout(s, row) if engine is None else engine
             records = [_Rec(c, k, f.step, None if f.example_mac is None else f.example_mac.hex(), f.learned_at, f)
                        for c, k, f in zip(commits, lookups, (learned[i] for i in range(len(ids))))]
             dim = json.loads(row.spec_json)["dim"]
@@ -77,8 +95,8 @@ class Forgetting(UseCase):
                     row.status, row.updated_at = "retrain_required", utcnow()
                     row.flush(s)
                 self.registry.evict(model_id)
-                raise Problem(409, "deletion-capacity-exhausted",
-                              str(e) or "The model's deletion capacity is spent.") from None
+                raise spent_problem("deletion-capacity-exhausted", model_id, engine,
+                                    str(e) or "The model's deletion capacity is spent") from None
             except NotDeletable as e:
                 bad = {rec.step: rid for rid, rec in zip(ids, records)}
                 raise Problem(409, "record-not-deletable", str(e),
@@ -100,11 +118,16 @@ class Forgetting(UseCase):
                      "learned_at": rec.learned_at, "forgotten_at": now, "receipt_id": receipt["id"],
                      "example_mac": None} for rec, receipt in zip(records, receipts)])
                 self.records.erase_macs(conn, [rec.found for rec in records])
-                conn.execute(insert(LedgerEntry.__table__), [
-                    {"model_id": model_id, "epoch": r["epoch"], "receipt_id": r["id"],
-                     "kind": "restart" if is_restart(c) else "deletion",
-                     "step": c.forgotten_step, "sigma": c.sigma, "rho": c.rho, "created_at": now}
-                    for r, c in zip(receipts, certs)])
+                charge = engine.creation_charge()  # private from the start: a restarted epoch is charged afresh
+                entries = []
+                for r, c in zip(receipts, certs):
+                    entries.append({"model_id": model_id, "epoch": r["epoch"], "receipt_id": r["id"],
+                                    "kind": "restart" if is_restart(c) else "deletion",
+                                    "step": c.forgotten_step, "sigma": c.sigma, "rho": c.rho, "created_at": now})
+                    if charge is not None and is_restart(c):
+                        entries.append({**entries[-1], "receipt_id": None, "kind": "creation",
+                                        "sigma": float(charge["sigma"]), "rho": float(charge["rho"])})
+                conn.execute(insert(LedgerEntry.__table__), entries)
                 row.epoch = receipts[-1]["epoch"]
                 row.rho_spent = float(engine.ledger().get("rho_spent") or 0.0)
                 row.n_forgotten += len(records)

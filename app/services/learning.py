@@ -111,7 +111,9 @@ class Learning(UseCase):
                 row = self._model_row(s, tenant_id, model_id)
                 engine = self._checkout(s, row)
             if not engine.supports_retrain:
-                raise Problem(409, "retrain-not-supported", f"{row.algorithm} keeps no data to retrain on.")
+                raise Problem(409, "retrain-not-supported", f"{row.algorithm} keeps no data to retrain on; "
+                              "its forgets never need a retrain (one its analysis cannot certify restarts the "
+                              "model exactly).")
             store = self._reader(work, row, json.loads(row.spec_json)["dim"])
 
             def compute():

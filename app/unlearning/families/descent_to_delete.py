@@ -24,6 +24,11 @@ floor 2 e/(1 - gamma) of the projected GD steps (``roundoff_floor``).
 Deviations (documented): the published point is projected onto Theta (E5, post-processing); the Lipschitz
 constant of g uses sup ||theta|| = R of the centred ball (L + mR, tighter than the paper's L + mD and valid);
 several updates in one request are processed sequentially, one round each (pitfall 12).
+
+Every record can be forgotten (issue 29 item 4): the theorems assume n_i >= n/2 (Assumption 2.6), so a forget that
+would leave fewer than half of the epoch's records is an exact retrain on the rest instead (the initial state when
+none remain): exact certificates with ``details["restart"]`` and ``["retrain"]``, a new epoch.  The model is never
+``retrain_required``.
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..contract.certificate import Certificate
-from ..contract.errors import CapacityExhausted, ForgetError
+from ..contract.errors import ForgetError
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData
 from ..maths import d2d_constants as dm
@@ -164,12 +169,6 @@ class DescentToDelete(DescentToDeleteVariants):
             "delta": self.spec.delta,
             "sigma": self.sigma,
         }
-
-    @property
-    def status(self) -> str:
-        if self.n_epoch and 2 * (self.n_current - 1) < self.n_epoch:
-            return "retrain_required"
-        return "ready"
 
     # ---- randomness ---------------------------------------------------------------------------------------
     def _rng(self) -> np.random.Generator:
@@ -387,10 +386,8 @@ class DescentToDelete(DescentToDeleteVariants):
         except KeyError:
             raise ForgetError("some steps are not held (never learned or already forgotten)") from None
         n_after = len(retained) - len(steps)
-        if 2 * n_after < self.n_epoch:  # Assumption 2.6: n_i >= n/2 (pitfall 6)
-            raise CapacityExhausted(
-                f"forgetting {len(steps)} record(s) would leave {n_after} < n/2 = {self.n_epoch / 2:g} examples; "
-                "an exact retrain is required")
+        if 2 * n_after < self.n_epoch:  # Assumption 2.6: n_i >= n/2 (pitfall 6): the analysis certifies no such round
+            return self._forget_by_retrain(steps, retained)
         self.n_current = len(retained)
         certs = []
         for j, u in enumerate(steps):  # sequentially, one round each
@@ -412,6 +409,26 @@ class DescentToDelete(DescentToDeleteVariants):
                     "shift": self.sensitivity, "roundoff_floor": rel.get("roundoff_floor", 0.0),
                 },
             ))
+        return certs
+
+    def _forget_by_retrain(self, steps: list[int], retained: RetainedData) -> list[Certificate]:
+        """A forget that would leave fewer than n/2 of the epoch's records (Assumption 2.6; the theorems certify no
+        such round) is an exact retrain instead (issue 29 item 4): A(D minus ``steps``) from theta = 0 as a new
+        epoch, or the initial state when nothing remains.  The new state is what training without them gives --
+        the comparator itself -- so every certificate is exact (sigma = rho = 0); the first carries ``restart`` (a
+        new ledger epoch) and every one ``retrain``.  Before, this refused (retrain required), and a retrain on the
+        last record left a one-record epoch whose forget refused again, forever."""
+        tau = self.t
+        self._full_train(DatasetView(retained, steps))
+        certs = []
+        for j, u in enumerate(steps):
+            self.n_deletions += 1
+            certs.append(Certificate(
+                learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism="exact",
+                sigma=0.0, sensitivity=0.0, rho=0.0,
+                details={"restart": 1.0 if j == 0 else 0.0, "retrain": 1.0, "epoch": float(self.epoch),
+                         "n_epoch": float(self.n_epoch), "n_after": float(self.n_current),
+                         "variant_" + self.variant: 1.0}))
         return certs
 
     def retrain(self, retained: RetainedData) -> None:

@@ -217,7 +217,8 @@ class DescentToDeleteVariants(Unlearner):
             forget = max(train, worst_round)
             learn = train + worst_round
         else:
-            forget = round_cost(ROUNDS_WORST)
+            # a forget below n/2 of the epoch is an exact retrain (Assumption 2.6; descent_to_delete.py)
+            forget = max(round_cost(ROUNDS_WORST), train)
             learn = max(train, batch * (forget - once) + once)  # the kept records are read once per request
         fields = ("hyperparameters.max_records", "dim", "hyperparameters.iterations", "hyperparameters.chunk_size")
         hint = "" if eng.hp["retrain_when_cheaper"] else (", or set retrain_when_cheaper true (without it a round's "

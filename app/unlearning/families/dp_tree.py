@@ -64,7 +64,18 @@ The whole budget is charged when the model is created (the declared horizon T an
 shows rho_spent = rho_olu from the start (ledger entry kind "creation" with sigma = sigma'; the engine ledger's
 details name mechanism "discrete_gaussian", the grid, sigma' and Delta'), and every deletion is free (certificate
 mechanism "dp_from_start", rho = 0, sigma = sigma', sensitivity = Delta', details["grid"] = g; its receipt names
-the grid and the rounding, referring to the creation charge).  Learning beyond T, or deletion k + 1, is refused.
+the grid and the rounding, referring to the creation charge).  Learning beyond T is refused.
+
+Deletion k + 1 of an epoch (issue 29 item 5): the tree's privacy covers k skipped records and the model keeps no
+data, so there is nothing to retrain on.  Such a forget is an exact **restart**: the tree, the play and the strongly
+convex sums go back to the initial state (w = 0, no node), the step clock keeps counting (a record keeps its step;
+the horizon T stays the model's), and a new epoch begins whose tree is charged rho_olu afresh (the service writes
+that epoch's ``creation`` ledger entry).  Every record learned before the restart -- those of the request included
+-- is then forgotten exactly: nothing published from the restart on depends on them (the plays and gradients of the
+new epoch are functions of its own records and noise only), and the run that never saw them restarts at the same
+public time (the deletion count).  The receipts say so (mechanism "exact", ``restart`` on the request's first); a
+later forget of a record learned before the restart is exact and free.  Before, the forget answered 409 "retrain it"
+while the model could not retrain, and no record could be forgotten again.
 
 Strongly convex losses (``variant`` "strongly_convex"): withdrawn at creation (issue 21 item 3).  GTS13's PFTAL for
 mu-strongly convex f_s (mu = l2) runs FTRL on the quadratic lower bounds <g_s, w - w_s> + (mu/2)||w - w_s||^2:
@@ -102,7 +113,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..contract.certificate import Certificate
-from ..contract.errors import CapacityExhausted, ForgetError, InputError, SpecError
+from ..contract.errors import ForgetError, InputError, SpecError
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData, Unlearner
 from ..maths import work_budget as wb
@@ -205,10 +216,18 @@ class OnlineDPTree(Unlearner):
             raise SpecError("the declared horizon, max_deletions and budget need a noise scale beyond the 64-bit "
                             "lattice the tree is summed on; declare fewer deletions or a larger budget",
                             fields=("privacy.epsilon", "hyperparameters.max_deletions", "hyperparameters.horizon"))
+        self.n_deletions = 0
+        self.epoch_start = 0  # the step before this epoch's first record (restarts, module docstring)
+        self.n_restarts = 0
+        self._reset_epoch()
+
+    def _reset_epoch(self) -> None:
+        """The initial state of an epoch: no node, w = 0, no deletion charged to the epoch's tree."""
+        n = self.spec.n_params
         self.tree = TreeAggregator(self.levels, n, self.grid)
         self.theta = np.zeros(n)
         self.W = np.zeros(n)  # strongly convex variant: sum of the played points (public)
-        self.n_deletions = 0
+        self.n_charged = 0    # deletions of this epoch's records, covered by its tree's group privacy (<= k)
 
     @classmethod
     def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
@@ -288,7 +307,8 @@ class OnlineDPTree(Unlearner):
     def state(self) -> dict[str, Any]:
         # the tree as integers on the public grid: exact node sums (secret) and released node values
         return {"theta": self.theta.copy(), "t": self.tree.t, "node_sums": self.tree.acc.copy(),
-                "node_released": self.tree.rel.copy(), "W": self.W.copy(), "n_deletions": self.n_deletions}
+                "node_released": self.tree.rel.copy(), "W": self.W.copy(), "n_deletions": self.n_deletions,
+                "epoch_start": self.epoch_start, "n_charged": self.n_charged, "n_restarts": self.n_restarts}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         if "node_sums" not in state:
@@ -302,10 +322,14 @@ class OnlineDPTree(Unlearner):
                 raise ValueError("stored tree does not match the model's horizon")
             setattr(self.tree, attr, nodes.astype(np.int64))
         self.n_deletions = int(state["n_deletions"])
+        # states stored before restarts existed: one epoch from step 0, every deletion charged to it
+        self.epoch_start = int(state.get("epoch_start", 0))
+        self.n_charged = int(state.get("n_charged", self.n_deletions))
+        self.n_restarts = int(state.get("n_restarts", 0))
 
     @property
     def step(self) -> int:
-        return self.tree.t
+        return self.epoch_start + self.tree.t
 
     def published(self) -> np.ndarray:
         return self.theta.copy()
@@ -321,12 +345,12 @@ class OnlineDPTree(Unlearner):
             "rho_spent": self.rho_olu,          # charged at creation for the declared horizon and k
             "rho_budget": self.spec.rho,
             "capacity_total": self.k,
-            "capacity_left": max(0, self.k - self.n_deletions),
+            "capacity_left": max(0, self.k - self.n_charged),  # this epoch's; the next deletion restarts at 0
             "deletions": self.n_deletions,
             "rho_tree": self.rho_tree,
             "group_factor": self.group,
             "horizon": self.horizon,
-            "learn_left": self.horizon - self.tree.t,
+            "learn_left": self.horizon - self.step,
             # the node releases' mechanism (public, from the spec): CKS20 Thm 14 on the grid
             "mechanism": release.MECHANISM, "grid": self.grid, "rounding": release.ROUNDING,
             "node_sigma": self.node_sigma, "node_sensitivity": self.node_sensitivity,
@@ -342,11 +366,7 @@ class OnlineDPTree(Unlearner):
                 "sensitivity": self.node_sensitivity}
 
     def learn_capacity(self) -> int:
-        return self.horizon - self.tree.t
-
-    @property
-    def status(self) -> str:
-        return "retrain_required" if self.n_deletions >= self.k else "ready"
+        return self.horizon - self.step
 
     # ---- learning ---------------------------------------------------------------------------------
     def node_noise(self, n: int) -> np.ndarray:
@@ -373,9 +393,9 @@ class OnlineDPTree(Unlearner):
     def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
-        first = self.tree.t + 1
+        first = self.step + 1
         if len(y) > self.learn_capacity():
-            raise InputError(f"the model's horizon is {self.horizon} examples and it has learned {self.tree.t}: "
+            raise InputError(f"the model's horizon is {self.horizon} examples and it has learned {self.step}: "
                              f"it can learn {self.learn_capacity()} more", code="horizon-reached")
         theta, R, lam, tree, mu, W = self.theta, self.spec.domain_radius, self.lam, self.tree, self.mu, self.W
         for x_aug, label in zip(augment(X), y):
@@ -386,26 +406,43 @@ class OnlineDPTree(Unlearner):
             else:                     # FTRL with (lambda/2)||w||^2 on the linearised losses
                 theta = project_l2_ball(-tree.released() / lam, R)
         self.theta, self.W = theta, W
-        return np.arange(first, self.tree.t + 1, dtype=np.int64)
+        return np.arange(first, self.step + 1, dtype=np.int64)
 
     # ---- unlearning -------------------------------------------------------------------------------
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
         steps = [int(s) for s in steps]
+        tau = self.step
         for u in steps:
-            if not 1 <= u <= self.tree.t:
+            if not 1 <= u <= tau:
                 raise ForgetError(f"step {u} was never learned by this model")
-        if self.n_deletions + len(steps) > self.k:
-            raise CapacityExhausted(
-                f"the model's privacy covers {self.k} deletions (max_deletions) and {self.n_deletions} were made; "
-                f"it can certify {max(0, self.k - self.n_deletions)} more")
+        if len(set(steps)) != len(steps):
+            raise ForgetError("a step is named twice in one forget request")
+        current = [u for u in steps if u > self.epoch_start]  # earlier records have no influence left
+        if self.n_charged + len(current) > self.k:
+            # beyond the tree's group privacy: an exact restart forgets every record learned so far
+            self._reset_epoch()
+            self.epoch_start = tau
+            self.n_restarts += 1
+            return [self._exact(u, tau, restart=j == 0) for j, u in enumerate(steps)]
         certs = []
         for u in steps:  # nothing to do: the published sequence was private with respect to u from the start
+            if u <= self.epoch_start:
+                certs.append(self._exact(u, tau, restart=False))
+                continue
             self.n_deletions += 1
+            self.n_charged += 1
             certs.append(Certificate(
-                learned_step=u, forgotten_step=self.tree.t, deletion_index=self.n_deletions,
+                learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions,
                 mechanism="dp_from_start", sigma=self.node_sigma, sensitivity=self.node_sensitivity, rho=0.0,
                 details={"rho_charged_at_creation": self.rho_olu, "rho_tree": self.rho_tree, "grid": self.grid,
                          "rho_node": self.rho_node,
                          "group_factor": self.group, "levels": float(self.levels), "horizon": float(self.horizon),
-                         "max_deletions": float(self.k)}))
+                         "max_deletions": float(self.k), "epoch": float(self.n_restarts)}))
         return certs
+
+    def _exact(self, u: int, tau: int, restart: bool) -> Certificate:
+        """A record with no influence left on anything published from now on (learned before the epoch)."""
+        self.n_deletions += 1
+        return Certificate(learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism="exact",
+                           sigma=0.0, sensitivity=0.0, rho=0.0,
+                           details={"restart": 1.0 if restart else 0.0, "epoch_start": float(self.epoch_start)})

@@ -43,33 +43,21 @@ Deletion (Alg. "Memory Pair Deletion"), corrected:
     status becomes "retrain_required" once no further step fits; retrain(retained) starts a new epoch;
   * the curvature memory is dropped after every deletion: the stored pairs are functions of every example
     learned, including the deleted one, and keeping them would let later models depend on it beyond the noise;
-  * deleting the only example left is exact (theta back to the never-learned start), no budget is spent.
+  * deleting the only example left is exact (theta back to the never-learned start), no budget is spent;
+  * nothing accepted is unforgettable (issue 29): client mode keeps no data, so a forget beyond the capacity is an
+    exact restart (theta 0, a new epoch; every record learned before it forgotten exactly, ``restart`` receipts); a
+    model stored with settings now refused forgets by that restart, or by an exact retrain without the records.
 
-What the certificate rests on (the draft does not prove it): Delta bounds ||theta + d - theta_replay||, the
-gap between the corrected model and an exact replay without the deleted point.  bench/memory_pair_replay.py
-measures it: it holds with margin on real data, but on about 1% of small adversarial streams a record learned
-among the first few exceeds it (up to ~1.9 Delta; tests/data/memory_pair_gap_case.csv), while the memory-free
-limit (plain OGD) stays inside.  ||B^-1|| <= 1/lam does not make the variable-metric iteration contractive.
-Mitigation (``burn_in``, default "auto" = ceil(beta/lam)): no curvature pair is stored during the first
-burn_in inserts of an epoch, so the large early steps are taken with B = beta I.  With it the same searches
-found no stream above Delta (worst 0.98 Delta); this is measured, not proven.
-docs/memory_pair.md reports what holds.
-
-Settings measured as under-noised are refused (issue 14): an integer ``burn_in`` below ceil(beta/lam) (the
-draft's learner, burn_in = 0, reached 1.88 Delta and half the default length 1.19 Delta, while 1-4 times it stayed
-below 0.91 Delta on the same 1200 random streams; bench/memory_pair_replay.py) and
-``initial_curvature = "shanno_phua"`` (1.25 Delta even with the burn-in).  ``UncertifiedMemoryPair`` accepts them
-for the measurements in bench/ and tests/ only; it is not in ``ALGORITHMS`` and the service cannot build it.
-
-Nothing computed from learned data leaves the engine un-noised (issue 14): S_N = sum ||g_t||^2 (which a forget
-cannot reduce: the deleted record's gradient is in it) is secret state, and the capacity / sample-complexity
-formulas (draft Thms "gamma-deletion capacity" / "gamma-sample complexity") are published only at the worst
-case S_N = G^2 N, a function of the public counts.  The deferred-inference gate (``inference_allowed``) answers
-False until n_inserts >= N_gamma(m) at that worst case when ``inference_gate`` is on.  The adagrad step reads
-S_N; after a deletion S_N is replaced by its public bound G^2 N so that later steps do not depend on the
-forgotten record's gradient (the curvature pairs are dropped for the same reason).
-The draft's closed-form N_gamma bound is wrong (it can be smaller than the true threshold); the exact root of
-the quadratic in sqrt(N) is used instead.
+What the certificate rests on (the draft does not prove it): Delta bounds ||theta + d - theta_replay||, the gap
+to an exact replay without the deleted point; bench/memory_pair_replay.py measures it (it holds on real data; on
+~1% of small adversarial streams an early record exceeded it, up to ~1.9 Delta, without the ``burn_in``, default
+ceil(beta/lam), which keeps the first inserts' steps at B = beta I: worst 0.98 Delta with it, measured, not proven).
+Settings measured as under-noised (an integer ``burn_in`` below ceil(beta/lam), ``initial_curvature =
+"shanno_phua"``) are refused; ``UncertifiedMemoryPair`` accepts them for bench/ and tests/ only, outside
+``ALGORITHMS``.  Nothing computed from learned data leaves un-noised: S_N = sum ||g_t||^2 is secret, the capacity and
+N_gamma formulas are published at the worst case S_N = G^2 N (the draft's closed-form N_gamma is replaced by the exact
+root), the adagrad step reads G^2 N after a deletion, and the curvature pairs are dropped.  docs/memory_pair.md
+gives the measurements and the reasons in full.
 """
 from __future__ import annotations
 
@@ -155,6 +143,7 @@ class MemoryPair(MemoryPairCalibration):
         self.epoch = 0
         self.release_tau: list[int] = []      # this epoch's discrete releases: time, sum of the grids at that time
         self.release_grid: list[float] = []
+        self.epoch_start = 0    # records learned at steps <= epoch_start are not in the model (restarts)
 
     def records_held(self) -> int | None:
         return self.t - self.deletions_total if self.needs_retained_data else None
@@ -168,6 +157,7 @@ class MemoryPair(MemoryPairCalibration):
             "deletions": self.deletions, "deletions_total": self.deletions_total, "epoch": self.epoch,
             "release_tau": np.asarray(self.release_tau, dtype=np.int64),
             "release_grid": np.asarray(self.release_grid, dtype=np.float64),
+            "epoch_start": self.epoch_start,
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -191,16 +181,9 @@ class MemoryPair(MemoryPairCalibration):
         self.deletions = int(state["deletions"])
         self.deletions_total = int(state["deletions_total"])
         self.epoch = int(state["epoch"])
-        if "release_tau" in state:
-            self.release_tau = np.asarray(state["release_tau"], dtype=np.int64).reshape(-1).tolist()
-            self.release_grid = np.asarray(state["release_grid"], dtype=np.float64).reshape(-1).tolist()
-            if len(self.release_tau) != len(self.release_grid):
-                raise ValueError("stored release arrays have different lengths")
-        elif self.deletions:  # stored before the releases were kept: all of them now, on the largest grid
-            self.release_tau = [self.t]
-            self.release_grid = [self.deletions * self.max_grid()]
-        else:
-            self.release_tau, self.release_grid = [], []
+        self.release_tau, self.release_grid = release.load_release_history(state, self.deletions, self.t,
+                                                                           self.max_grid)
+        self.epoch_start = int(state.get("epoch_start", 0))  # states stored before restarts: 0
 
     @property
     def step(self) -> int:
@@ -236,7 +219,8 @@ class MemoryPair(MemoryPairCalibration):
 
     @property
     def status(self) -> str:
-        return "ready" if self.capacity_left > 0 else "retrain_required"
+        # client mode restarts beyond the capacity (forget): it never needs the retrain it could not do
+        return "ready" if self.capacity_left > 0 or not self.supports_retrain else "retrain_required"
 
     def removal_scale(self, n: int) -> float:
         """1/(n - 1) for the leave-one-out Newton step from a model of n examples; 1 for the draft's step."""
@@ -383,26 +367,40 @@ class MemoryPair(MemoryPairCalibration):
         for u in steps:
             if not 1 <= u <= self.t:
                 raise ForgetError(f"step {u} was never learned by this model")
-        if self.refused is not None:
-            raise NotDeletable(f"this model's settings would make its certificates false: {self.refused}; "
-                               "create a model with certified settings", steps=steps)
         if len(set(steps)) != len(steps):
             raise ForgetError("a step is named twice")
-        if len(steps) > self.n_active:
+        current = [u for u in steps if u > self.epoch_start]  # earlier records are not in the model (restart)
+        if len(current) > self.n_active:
             raise ForgetError("more deletions than examples in the model")
         if retained is None:
             raise ForgetError("memory_pair needs the deleted records' features (from the store or the request)")
+        charged = sum(1 for j in range(len(current)) if self.n_active - j > 1)
+        if self.refused is not None or (charged > self.capacity_left and not self.supports_retrain):
+            return self._forget_exactly(steps, retained)  # settings refused now, or no data to retrain on
         try:
-            X, y = retained.get(steps)
+            X, y = retained.get(current)
         except KeyError:
             raise ForgetError("the features of a deleted record are not available") from None
         X, y = validate_examples(self.spec, self.loss, X, y)
-        charged = sum(1 for j in range(len(steps)) if self.n_active - j > 1)
         if charged > self.capacity_left:
             raise CapacityExhausted(
                 f"deletion capacity spent ({self.deletions} of {self.capacity} this epoch); retrain required")
         Xa = augment(X)
-        return [self._forget_one(u, Xa[j], float(y[j])) for j, u in enumerate(steps)]
+        at = {u: j for j, u in enumerate(current)}
+        return [self._forget_one(u, Xa[at[u]], float(y[at[u]])) if u in at else self._exact(u, self.t, False)
+                for u in steps]
+
+    def _forget_exactly(self, steps: list[int], retained: RetainedData) -> list[Certificate]:
+        """An exact retrain without ``steps`` (retained mode) or a restart (client mode); ``restart`` on the first."""
+        self._relearn(retained, exclude=steps) if self.needs_retained_data else self._reset_epoch(start=self.t)
+        return [self._exact(u, self.t, restart=j == 0) for j, u in enumerate(steps)]
+
+    def _exact(self, u: int, tau: int, restart: bool) -> Certificate:
+        self.deletions_total += 1
+        return Certificate(learned_step=u, forgotten_step=tau, deletion_index=self.deletions_total, mechanism="exact",
+                           sigma=0.0, sensitivity=0.0, rho=0.0,
+                           details={"restart": 1.0 if restart else 0.0, "epoch": float(self.epoch),
+                                    "epoch_start": float(self.epoch_start)})
 
     def roundoff_floor(self, u: int) -> float:
         """Float64 round-off two coupled runs can add to their gap from step u on (release.py): every quasi-Newton
@@ -472,6 +470,10 @@ class MemoryPair(MemoryPairCalibration):
         """New epoch: odometer reset, model relearned from the start on the retained examples in step order.
 
         The step clock ``t`` is kept (records keep their step ids)."""
+        self._relearn(retained)
+
+    def _reset_epoch(self, start: int = 0) -> None:
+        self.epoch_start = start  # 0 after a retrain: every retained record is in the model again
         self.theta = np.zeros(self.p)
         self.mem.clear()
         self.mem.skipped = 0
@@ -481,7 +483,10 @@ class MemoryPair(MemoryPairCalibration):
         self.deletions = 0
         self.epoch += 1
         self.release_tau, self.release_grid = [], []
-        for _, X, y in retained.chunks(1024):
+
+    def _relearn(self, retained: RetainedData, exclude: Sequence[int] = ()) -> None:
+        self._reset_epoch()
+        for _, X, y in retained.chunks(1024, exclude=exclude):
             for x_aug, label in zip(augment(np.asarray(X, dtype=np.float64)), np.asarray(y, dtype=np.float64)):
                 self._update(x_aug, float(label))
 

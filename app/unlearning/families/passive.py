@@ -72,7 +72,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from ..contract.certificate import Certificate
-from ..contract.errors import CapacityExhausted, ForgetError, NotDeletable, SpecError, UnderNoisedSpec
+from ..contract.errors import CapacityExhausted, ForgetError, SpecError, UnderNoisedSpec
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData
 from ..maths.domain import project_l2_ball
@@ -333,7 +333,7 @@ class PassiveOLU(PassiveCalibration, GroupAllocation):
         ``restart_prefix`` steps of the current epoch (public step indices; Unlearner.restart_steps)."""
         if not len(steps):
             return None
-        prefix = self.schedule.undeletable_prefix()
+        prefix = math.inf if self.refused is not None else self.schedule.undeletable_prefix()
         lo, hi = max(int(steps[0]), self.epoch_start + 1), int(steps[-1])
         if prefix < math.inf:
             hi = min(hi, self.epoch_start + int(prefix))
@@ -394,12 +394,10 @@ class PassiveOLU(PassiveCalibration, GroupAllocation):
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
         steps = list(map(int, steps))
         self._check_steps(steps)
-        if self.refused is not None:
-            raise NotDeletable(f"this model's settings leave no forget certifiable: {self.refused}; create a "
-                               "model with certified settings", steps=steps)
         tau, start = self.t, self.epoch_start
         current = [u for u in steps if u > start]  # records learned before the epoch have no influence left
-        if current and not self._certifiable(current):
+        # settings refused since the model was stored certify no forget: an exact restart (was NotDeletable)
+        if current and (self.refused is not None or not self._certifiable(current)):
             # one exact restart forgets every record of the request (and everything learned before it)
             self.restart()
             return [self._exact(u, tau, restart=j == 0) for j, u in enumerate(steps)]

@@ -44,16 +44,8 @@ class GroupAllocation:
     """Mixed into PassiveOLU: the release history, and the state and the noise of allocation ``group``."""
 
     def release_load(self, state: Mapping[str, Any]) -> None:
-        if "release_tau" in state:
-            self.release_tau = np.asarray(state["release_tau"], dtype=np.int64).reshape(-1).tolist()
-            self.release_grid = np.asarray(state["release_grid"], dtype=np.float64).reshape(-1).tolist()
-            if len(self.release_tau) != len(self.release_grid):
-                raise ValueError("stored release arrays have different lengths")
-        elif self.n_charged:  # stored before the releases were kept: all of them now, on the largest grid
-            self.release_tau = [self.t]
-            self.release_grid = [self.n_charged * self.max_grid()]
-        else:
-            self.release_tau, self.release_grid = [], []
+        self.release_tau, self.release_grid = release.load_release_history(state, self.n_charged, self.t,
+                                                                           self.max_grid)
 
     def rerounding(self, u: int, tau: int, before: float = math.inf) -> float:
         """What the re-rounding at this epoch's releases since u (before ``before``) adds to u's shift carried to tau

@@ -174,3 +174,19 @@ def rerounding(taus, grids, since: int, n: int, contraction=None, before: float 
     root_n = math.sqrt(n)
     return sum(g * root_n * (1.0 if contraction is None else contraction(t)) for t, g in zip(taus, grids)
                if since <= t < before)
+
+
+def load_release_history(state, releases_so_far: int, t: int, max_grid) -> tuple[list, list]:
+    """The (times, grids) release history of a stored state: as stored, or, for a state stored before the history
+    was kept, every one of the epoch's ``releases_so_far`` releases counted at the current step ``t`` on the largest
+    grid (``max_grid()``, called only then): conservative, never less than what the releases re-rounded."""
+    if "release_tau" in state:
+        taus = np.asarray(state["release_tau"], dtype=np.int64).reshape(-1).tolist()
+        grids = np.asarray(state["release_grid"], dtype=np.float64).reshape(-1).tolist()
+        if len(taus) != len(grids):
+            raise ValueError("stored release arrays have different lengths")
+        return taus, grids
+    if releases_so_far:
+        return [t], [releases_so_far * max_grid()]
+    return [], []
+
