@@ -223,21 +223,6 @@ def _per_request(hp: dict[str, Any], key: str, fits, most: int, err) -> int | No
     return k if given is None else given
 
 
-def _cost(cls: type[Unlearner], spec: ModelSpec, batch: int) -> Cost:
-    """``cls.cost``; an estimate that cannot be computed (an overflow the family's own estimate did not saturate)
-    is a refusal naming the spec's numeric hyperparameters and dim, never a 500 (issue 29)."""
-    try:
-        return cls.cost(spec, batch)
-    except (ArithmeticError, ValueError) as e:
-        if isinstance(e, SpecError):
-            raise
-        hp = [f"hyperparameters.{k}" for k, v in spec.hyperparameters.items()
-              if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        raise _located(SpecError(f"{spec.algorithm}: the work and memory of one request cannot be estimated for "
-                                 f"this spec ({type(e).__name__}); lower its largest numbers",
-                                 fields=tuple(hp) + ("dim",))) from None
-
-
 def check_budget(cls: type[Unlearner], spec: ModelSpec, budget: Budget) -> ModelSpec:
     """Refuse a spec one request of which would exceed the budget (work units of one core, bytes of one array,
     the dense system LAPACK would be handed), naming the field to lower and its accepted range; fill in the
@@ -261,7 +246,7 @@ def check_budget(cls: type[Unlearner], spec: ModelSpec, budget: Budget) -> Model
         hp["max_records"] = next((n for ok in (room(budget.batch, wide), room(1, wide), room(1, 1))
                                   if (n := _largest(ok, 1, budget.max_records)) is not None), 1)
     spec = spec.with_hyperparameters(hp)
-    one = _cost(cls, spec, 1)
+    one = cls.estimate(spec, 1)
     over = _excess(one, budget)
     if over:
         raise _refusal(cls, spec, budget, *over[0], hint=one.hint)
@@ -280,7 +265,7 @@ def check_budget(cls: type[Unlearner], spec: ModelSpec, budget: Budget) -> Model
 
     hp["max_learn_batch"] = _per_request(hp, "max_learn_batch", learn_fits, min(budget.batch, hp.get("max_learn_batch")
                                          or budget.batch), limit_error("max_learn_batch", "learn request"))
-    cost = _cost(cls, spec, int(hp["max_learn_batch"] or budget.batch))
+    cost = cls.estimate(spec, int(hp["max_learn_batch"] or budget.batch))
     hp["max_forget_batch"] = _per_request(hp, "max_forget_batch", lambda k: cost.forget_request(k) <= budget.work,
                                           min(budget.batch, hp.get("max_forget_batch") or budget.batch),
                                           limit_error("max_forget_batch", "forget request"))
