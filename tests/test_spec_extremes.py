@@ -33,7 +33,7 @@ VARIANTS = {
     "discard_and_restart": [{}],
     "active_olu": [{"variant": "single"}, {"variant": "two_phase"}],
     "descent_to_delete": [{"variant": v} for v in ("secret", "perfect", "regularized_strong", "distributed")]
-    + [{"variant": "regularized_weak", "retrain_when_cheaper": w} for w in (True, False)],
+    + [{"variant": "regularized_weak", "retrain_when_cheaper": True}],
     "rewind_to_delete": [{"initial_size": 3, "T": 20}, {"variant": "descend", "regime": "strongly_convex",
                                                         "initial_size": 3, "T": 20}],
     "memory_pair": [{"capacity": 3}, {"capacity": 3, "step": "adagrad"}],
@@ -110,13 +110,14 @@ def test_extreme_numbers_in_any_field_are_201_or_a_422_naming_a_field(client, al
         assert names_a_field(r.json()), (body, r.text)
 
 
+@pytest.mark.parametrize("cheaper", [True, False])
 @pytest.mark.parametrize("xi", [76.6, 122.46, 1e300])
-def test_issue_29_regularized_weak_huge_xi_is_not_a_500(client, xi):
+def test_issue_29_regularized_weak_huge_xi_is_not_a_500(client, xi, cheaper):
     """The issue's spec: the work estimate computed T_i = i^(2 xi) I as a float power (OverflowError)."""
     body = {"name": "xi", "algorithm": "descent_to_delete", "loss": "squared", "dim": 1,
             "bounds": {"x_norm": 0.0024, "y_abs": 1.0}, "domain_radius": 2, "l2": 12.11,
             "privacy": {"epsilon": 1.0, "delta": 1e-6},
-            "hyperparameters": {"variant": "regularized_weak", "xi": xi, "beta": 1e-100, "retrain_when_cheaper": True,
+            "hyperparameters": {"variant": "regularized_weak", "xi": xi, "beta": 1e-100, "retrain_when_cheaper": cheaper,
                                 "chunk_size": 7}}
     r = client.post("/v1/models", json=body)
     assert r.status_code in (201, 422), r.text
