@@ -11,8 +11,10 @@ COPY pyproject.toml README.md ./
 COPY app ./app
 COPY migrations ./migrations
 COPY alembic.ini ./
-# the stream extra (nats-py) lets the same image run the broker worker: docker run IMAGE olu consume ...
-RUN pip install '.[stream]' && useradd --system --uid 10001 --home /srv olu \
+# the stream extra (nats-py) lets the same image run the broker worker: docker run IMAGE olu consume ...; the fast
+# extra (numba) is the compiled sampler the work budget's estimates assume (docs/operations.md §8): without it
+# every discrete Gaussian coordinate takes the pure path, ~150x slower
+RUN pip install '.[stream,fast]' && useradd --system --uid 10001 --home /srv olu \
     && mkdir -p /data "$NUMBA_CACHE_DIR" && olu warm && chown -R olu /data "$NUMBA_CACHE_DIR"
 
 USER olu

@@ -246,7 +246,7 @@ def check_budget(cls: type[Unlearner], spec: ModelSpec, budget: Budget) -> Model
         hp["max_records"] = next((n for ok in (room(budget.batch, wide), room(1, wide), room(1, 1))
                                   if (n := _largest(ok, 1, budget.max_records)) is not None), 1)
     spec = spec.with_hyperparameters(hp)
-    one = cls.cost(spec, 1)
+    one = cls.estimate(spec, 1)
     over = _excess(one, budget)
     if over:
         raise _refusal(cls, spec, budget, *over[0], hint=one.hint)
@@ -265,7 +265,7 @@ def check_budget(cls: type[Unlearner], spec: ModelSpec, budget: Budget) -> Model
 
     hp["max_learn_batch"] = _per_request(hp, "max_learn_batch", learn_fits, min(budget.batch, hp.get("max_learn_batch")
                                          or budget.batch), limit_error("max_learn_batch", "learn request"))
-    cost = cls.cost(spec, int(hp["max_learn_batch"] or budget.batch))
+    cost = cls.estimate(spec, int(hp["max_learn_batch"] or budget.batch))
     hp["max_forget_batch"] = _per_request(hp, "max_forget_batch", lambda k: cost.forget_request(k) <= budget.work,
                                           min(budget.batch, hp.get("max_forget_batch") or budget.batch),
                                           limit_error("max_forget_batch", "forget request"))

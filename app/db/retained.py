@@ -164,10 +164,10 @@ class ShortReadRetained(SqlRetained):
         """(steps, X, y) of the ``size`` examples after step ``after``, or None past the end.  One computation
         reads the same pages again on every pass: they are the same examples as long as its result is kept
         (see above), so they are decoded once and kept up to CACHE_BYTES."""
+        self.check()  # every page, a cached one too: an abandoned computation stops at its next pass (issue 29)
         key = (size, after)
         if key in self._pages:
             return self._pages[key]
-        self.check()
         with self.db.read() as s:
             rows = s.execute(_JOINED.where(_E.c.model_id == self.model_id, _E.c.step > after)
                              .order_by(_E.c.step).limit(size)).all()

@@ -12,10 +12,13 @@ consume``).  Different models never wait for each other here, and no database lo
 
 The computation runs on a worker thread and the request waits for it at most ``deadline`` seconds.  A computation
 that overruns it is abandoned: the request answers 503 ``request-deadline-exceeded`` (Retry-After) and writes
-nothing.  Python cannot stop a thread, so the abandoned computation goes on until it ends or until its next read
-of retained examples (``Work.check`` raises there); its result and its engine copy are discarded.  Until it has
-ended, the model's gate stays taken, so one model has at most one abandoned computation running and later writes of
-that model wait for it (at most their own deadline, then 503).
+nothing.  Python cannot stop a thread, so the abandoned computation is stopped cooperatively (issue 29): the
+worker runs it with ``Work.check`` installed as the engine's checkpoint (app/unlearning/contract/errors.py,
+``cancellable``), which the engine calls at every gradient, every pure-path noise draw and every read of retained
+examples; once the request has given up, the next checkpoint raises ``Cancelled`` and the computation ends,
+within one gradient or one page of the answer.  Its engine copy is discarded, so nothing it did is kept.  Until it
+has ended, the model's gate stays taken, so one model has at most one abandoned computation running and later
+writes of that model wait for it (at most their own deadline, then 503).
 """
 from __future__ import annotations
 
@@ -27,12 +30,10 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from ..errors import Problem
+from ..unlearning.contract.errors import Cancelled, cancellable
 
 ATTEMPTS = 3  # computations of one request before it is refused with write-conflict
-
-
-class Cancelled(Exception):
-    """Raised inside an abandoned computation (``Work.check``): its result would be discarded anyway."""
+__all__ = ["ATTEMPTS", "Cancelled", "Moved", "ModelGates", "Work", "conflict_problem", "deadline_problem"]
 
 
 class Moved(Exception):
@@ -80,7 +81,12 @@ class Work:
         """``fn()`` on a worker thread, waited for until the deadline (inline when there is none)."""
         if self.ends is None:
             return fn()
-        future = self.gates.pool.submit(fn)
+
+        def guarded():  # the engine's checkpoints stop it once the request has given up (module docstring)
+            with cancellable(self.check):
+                return fn()
+
+        future = self.gates.pool.submit(guarded)
         try:
             return future.result(timeout=max(0.0, self.ends - time.monotonic()))
         except FutureTimeout:

@@ -2,7 +2,9 @@
 forget request is refused, or a computation would leave the finite range.  The service maps each to its problem."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 
 class SpecError(ValueError):
@@ -62,3 +64,32 @@ class NotDeletable(ForgetError):
     def __init__(self, message: str, *, steps: Sequence[int] = ()):
         super().__init__(message)
         self.steps = tuple(int(s) for s in steps)
+
+
+# ---- cooperative cancellation (issue 29) ------------------------------------------------------------------------
+class Cancelled(Exception):
+    """The caller gave up on this computation (a request past its deadline): raised at the engine's next
+    ``checkpoint``.  Not a ValueError or ArithmeticError, so no family's refusal handling catches it."""
+
+
+_installed = threading.local()
+
+
+def checkpoint() -> None:
+    """Called in the engine's long loops (every gradient, every pure-path draw): runs the check the caller
+    installed on this thread with ``cancellable`` (it raises ``Cancelled`` once the caller gave up); a no-op when
+    none is installed.  The engine stays pure: it only calls a plain callable it was handed."""
+    check = getattr(_installed, "check", None)
+    if check is not None:
+        check()
+
+
+@contextmanager
+def cancellable(check: Callable[[], None]) -> Iterator[None]:
+    """Install ``check`` as this thread's checkpoint while the block runs (restored afterwards)."""
+    previous = getattr(_installed, "check", None)
+    _installed.check = check
+    try:
+        yield
+    finally:
+        _installed.check = previous

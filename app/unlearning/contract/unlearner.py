@@ -14,7 +14,7 @@ import numpy as np
 from ..maths import work_budget as wb
 from ..mechanism.noise import NoiseSource, SecureGaussianNoise
 from .certificate import Certificate
-from .errors import ForgetError, InputError
+from .errors import ForgetError, InputError, SpecError
 from .spec import BOUND_TOLERANCE, LIMIT_KEYS, ModelSpec, normalize_limits
 
 
@@ -232,6 +232,21 @@ class Unlearner(ABC):
         p = spec.n_params
         return wb.Cost(learn=wb.ogd_steps(batch, p), forget=wb.release(p), forget_each=wb.release(p),
                        array_bytes=wb.F64 * p)
+
+    @classmethod
+    def estimate(cls, spec: ModelSpec, batch: int) -> "wb.Cost":
+        """``cost``, never an exception other than a refusal: an estimate that leaves the float range (an overflow a
+        family's estimate did not saturate) is a SpecError naming the numeric hyperparameters (issue 29)."""
+        try:
+            return cls.cost(spec, batch)
+        except SpecError:
+            raise
+        except (ArithmeticError, ValueError) as e:
+            hp = [f"hyperparameters.{k}" for k, v in spec.hyperparameters.items() if type(v) in (int, float)]
+            err = SpecError(f"{spec.algorithm}: the work of one request cannot be estimated ({type(e).__name__}); "
+                            "lower its largest numbers", fields=(*hp, "dim"))
+            err.field, err.located = err.fields[0], True  # type: ignore[attr-defined]  # no range to search
+            raise err from None
 
     def retrain(self, retained: RetainedData) -> None:
         """Exact retrain on the retained examples: a new ledger epoch (data-holding families)."""

@@ -221,6 +221,8 @@ class DescentToDeleteVariants(Unlearner):
             forget = max(round_cost(ROUNDS_WORST), train)
             learn = max(train, batch * (forget - once) + once)  # the kept records are read once per request
         fields = ("hyperparameters.max_records", "dim", "hyperparameters.iterations", "hyperparameters.chunk_size")
+        if eng.variant == "regularized_weak":  # T_i = i^(2 xi) I: xi drives a round's work (saturated, never inf)
+            fields = fields[:3] + ("hyperparameters.xi",) + fields[3:]
         hint = "" if eng.hp["retrain_when_cheaper"] else (", or set retrain_when_cheaper true (without it a round's "
                                                           f"cost grows with the rounds of an epoch; taken at round {ROUNDS_WORST})")
         mem = max(mem, wb.F64 * N * (spec.dim + 1) if in_memory else 0.0)

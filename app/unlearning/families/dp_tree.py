@@ -121,7 +121,7 @@ from ..maths.domain import project_l2_ball
 from ..maths.losses import augment
 from ..mechanism import release
 from ..mechanism.calibration import Checks, common_checks, construct
-from ..mechanism.fast_dgauss import sigma_for_fast_path
+from ..mechanism.fast_dgauss import route as fast_dgauss_route, sigma_for_fast_path
 from ..mechanism.noise import NoiseSource
 from .dp_tree_aggregation import TreeAggregator, cks20_epsilon_from_order, group_factor, levels_for
 from .passive_calibration import _number, _positive_int
@@ -232,11 +232,23 @@ class OnlineDPTree(Unlearner):
     @classmethod
     def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
         """Each learned example: its gradient, one node's discrete Gaussian draw of p coordinates and the sums over
-        the tree's levels (log2 horizon); a forget changes nothing.  The tree holds 2 x levels x p integers."""
+        the tree's levels (log2 horizon); a forget changes nothing.  The tree holds 2 x levels x p integers.
+
+        The draws dominate at large p, and their cost depends on the node scale sigma'/g (fast_dgauss.route): the
+        compiled kernel's ~0.3 us per coordinate below 2^29, but the pure path's ~50 us beyond 2^30.5 (issue 29:
+        dim 50 000, x_norm 9.25, epsilon 0.0874, horizon 10^6, 10 deletions has sigma'/g = 2.2e9, and the estimate
+        that counted the kernel was 100x short)."""
         p, levels = spec.n_params, levels_for(int(spec.hyperparameters["horizon"]))
-        per = wb.STEP + p * (wb.RELEASE + (2.0 * levels + 12.0) * wb.FLOP)
-        return wb.Cost(learn=batch * per, forget=wb.STEP, forget_each=wb.STEP, array_bytes=wb.F64 * levels * p,
-                       learn_fields=("dim", "n_classes"), memory_fields=("dim", "hyperparameters.horizon"))
+        sigma_grid = cls(spec).sigma_grid
+        route = fast_dgauss_route(sigma_grid)
+        per = wb.STEP + p * (wb.draw(route) + (2.0 * levels + 12.0) * wb.FLOP)
+        hint = "" if route == "kernel" else (
+            f", or raise privacy.epsilon, or lower hyperparameters.max_deletions, hyperparameters.horizon or "
+            f"bounds.x_norm: the node noise of {sigma_grid:.3g} grid steps is beyond the compiled sampler's range "
+            "(2^29), and each coordinate drawn there costs up to 200 times more")
+        # a forget builds its certificate (~70 us measured): 4 STEP
+        return wb.Cost(learn=batch * per, forget=4 * wb.STEP, forget_each=wb.STEP, array_bytes=wb.F64 * levels * p,
+                       learn_fields=("dim", "n_classes"), memory_fields=("dim", "hyperparameters.horizon"), hint=hint)
 
     @classmethod
     def check_calibration(cls, spec: ModelSpec) -> None:

@@ -128,9 +128,18 @@ def weak_sensitivity(c: PGDConstants, I: int, n: int, xi: float = 1.0) -> float:
     return 8.0 * c.L * (Mp / (c.m * I)) ** (1.0 / (2.0 * xi)) / (c.m * n)
 
 
+# an iteration count beyond this is saturated (no request could run it: the work budget refuses it by far)
+ITERATIONS_CAP = 2**62
+
+
 def weak_update_iterations(I: int, i: int, xi: float = 1.0) -> int:
-    """T_i = i^{2 xi} I (Thm 3.5, Rem. 3.6)."""
-    return math.ceil(i ** (2.0 * xi) * I - 1e-9)
+    """T_i = i^{2 xi} I (Thm 3.5, Rem. 3.6), saturated at ITERATIONS_CAP: computed in logarithms first, since the
+    float power overflows for a large xi (xi = 76.6 at i = 10^6 was an OverflowError, a 500 at creation)."""
+    if i <= 1:
+        return math.ceil(I - 1e-9)
+    if 2.0 * xi * math.log(i) + math.log(max(I, 1)) >= math.log(ITERATIONS_CAP):
+        return ITERATIONS_CAP
+    return min(ITERATIONS_CAP, math.ceil(i ** (2.0 * xi) * I - 1e-9))
 
 
 def weak_radius(c: PGDConstants, I: int, n: int, i: int, xi: float = 1.0) -> float:

@@ -41,7 +41,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..contract.errors import InputError, SpecError
+from ..contract.errors import InputError, SpecError, checkpoint
 from ..contract.spec import BOUND_TOLERANCE
 
 
@@ -155,6 +155,7 @@ class Loss:
 
     def grad_sum(self, theta: np.ndarray, X_aug: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Sum over the rows of the data-term gradients (no regulariser)."""
+        checkpoint()  # every gradient is a point where an abandoned computation stops (issue 29)
         if self.name == "softmax":
             return (self._softmax_residual(theta, X_aug, y).T @ X_aug).ravel()
         return X_aug.T @ self.residual(X_aug @ theta, y)
@@ -173,6 +174,7 @@ class Loss:
 
     def hvp_sum(self, X_aug: np.ndarray, parts: np.ndarray, v: np.ndarray) -> np.ndarray:
         """sum_i grad^2 l_i v (data term) from ``hessian_parts``: softmax (A(p_i) V x~_i) x~_i^T."""
+        checkpoint()
         if self.name == "softmax":
             U = X_aug @ v.reshape(self.n_classes, -1).T          # n x K: V x~_i
             W = parts * U - parts * (parts * U).sum(axis=1, keepdims=True)  # A(p_i) u_i
@@ -205,6 +207,7 @@ class Loss:
 
     def grad(self, theta: np.ndarray, x_aug: np.ndarray, y: float) -> np.ndarray:
         """Gradient of one regularised example at theta (x_aug includes the trailing 1)."""
+        checkpoint()
         if self.name == "softmax":
             r = self._softmax_residual(theta, x_aug[None, :], np.asarray([y]))[0]
             return np.outer(r, x_aug).ravel() + self.mu * theta
@@ -212,6 +215,7 @@ class Loss:
         return float(r) * x_aug + self.mu * theta
 
     def mean_grad(self, theta: np.ndarray, X_aug: np.ndarray, y: np.ndarray) -> np.ndarray:
+        checkpoint()
         if self.name == "softmax":
             return self.grad_sum(theta, X_aug, y) / len(y) + self.mu * theta
         r = self.residual(X_aug @ theta, y)

@@ -22,6 +22,9 @@ DENSE_FLOP = 0.1    # one flop inside a blocked BLAS-3 / LAPACK kernel (gemm, ge
 STEP = 30_000.0     # one Python-level iteration calling a few numpy functions on small arrays (an OGD step)
 CALL = 5_000.0      # one numpy call on a chunk (overhead of a chunked pass, per chunk)
 RELEASE = 400.0     # one coordinate of a discrete Gaussian release (CKS20 sampler; app/unlearning/mechanism/release.py)
+PURE_DRAW = 60_000.0  # one discrete Gaussian draw by the pure-Python CKS20 sampler (noise.py): the compiled kernel's
+                      # int64 bounds exclude sigma'/g > 2^30.5 (fast_dgauss.route); measured 45-52 us at 2e9..1e15
+FALLBACK_DRAW = RELEASE + 0.1 * PURE_DRAW  # 2^29 <= sigma'/g <= 2^30.5: a few % of draws redone by the pure path
 READ = 25_000.0     # one retained record read from the store (AES-GCM open of its key and of its sealed row)
 PAGE = 200_000.0    # one page query of the retained store (a chunk of ``chunk_size`` records)
 F64 = 8             # bytes per float64
@@ -42,6 +45,11 @@ def grad_flops(p: int) -> float:
 def ogd_steps(n: float, p: int) -> float:
     """n projected OGD steps, one Python iteration each (gradient, step, projection)."""
     return n * (STEP + 8.0 * p * FLOP)
+
+
+def draw(route: str) -> float:
+    """One discrete Gaussian coordinate by the sampler route ``route`` (app/unlearning/mechanism/fast_dgauss.route)."""
+    return {"kernel": RELEASE, "kernel_fallback": FALLBACK_DRAW}.get(route, PURE_DRAW)
 
 
 def release(p: int) -> float:

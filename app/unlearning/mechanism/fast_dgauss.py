@@ -152,6 +152,20 @@ def sigma_for_fast_path(sigma: float) -> float:
     return math.ldexp(r, e - SIGNIFICANT_BITS)          # exact
 
 
+KERNEL_EXACT_BELOW = 2.0**29  # sigma'/g below this: every kernel draw stays in its bounds but for ~exp(-16)
+
+
+def route(sigma: float) -> str:
+    """Which sampler draws at ``sigma`` (grid units) take once the kernel is loaded (the work estimate counts it,
+    app/unlearning/maths/work_budget.py): "kernel"; "kernel_fallback" for 2^29 <= sigma <= 2^30.5, where a few
+    percent of the draws leave the kernel's bounds and are redone by the pure path (sigma_for_fast_path's
+    docstring); "pure" beyond, where 2N > 2^62 and every draw takes the pure path (~50 us each, 200x the
+    kernel's)."""
+    if not params(sigma)[3]:
+        return "pure"
+    return "kernel" if sigma < KERNEL_EXACT_BELOW else "kernel_fallback"
+
+
 def sample(sigma: float, size: int, rand) -> np.ndarray:
     """noise.sample_discrete_gaussian: the compiled kernel when it applies, the pure path for the rest.
 
