@@ -60,7 +60,7 @@ class Settings(BaseSettings):
                     "of its requests in flight): its bucket drains by the requests in flight and refills at this "
                     "rate; an empty bucket is 429 rate-limited (limit tenant-compute); 0: off.")
     tenant_compute_burst_seconds: float = Field(
-        10.0, ge=0, allow_inf_nan=False,
+        2.0, ge=0, allow_inf_nan=False,
         description="The compute bucket's size in request-seconds (a burst above the share that long).")
     tenant_refusal_delay: float = Field(
         0.5, ge=0, le=10, allow_inf_nan=False,

@@ -43,10 +43,11 @@ def _pin(pid: int, cpus: set[int] | None) -> None:
             pass
 
 
-def _flood(url: str, keys: list[str], mid: str, on, stop, counts, cpus, seed: int) -> None:
+def _flood(url: str, keys: list[str], mid: str, on, stop, counts, cpus, seed: int, ready) -> None:
     if cpus:
         os.sched_setaffinity(0, cpus)
     X, y = stream(100, D, seed=seed)
+    ready.put(seed)
     predict = orjson.dumps({"x": X.tolist()})
     tally: dict[str, int] = {}
     lock = threading.Lock()
@@ -104,12 +105,13 @@ def _scenario(name: str, env: dict, quick: bool, server_cpus: set[int] | None, c
                                                        "y": y.tolist()}).raise_for_status()
                 mids.append(mid)
         ctx = mp.get_context("spawn")
-        on, stop, counts = ctx.Event(), ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=_flood, args=(srv.url, a_keys, mids[0], on, stop, counts, client_cpus, s))
+        on, stop, counts, ready = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
+        procs = [ctx.Process(target=_flood, args=(srv.url, a_keys, mids[0], on, stop, counts, client_cpus, s, ready))
                  for s in range(FLOOD_PROCS)]
         for p in procs:
             p.start()
-        time.sleep(2.0)  # the flood processes import and connect
+        for _ in procs:  # the flood processes have imported what they need
+            ready.get(timeout=300)
         window = 2.0 if quick else 5.0
         rounds = 2 if quick else 4
         lat = {"alone": [], "flood": []}
