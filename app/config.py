@@ -44,6 +44,36 @@ class Settings(BaseSettings):
     rate_limit: float | None = Field(
         1000.0, description="Requests per second per API key (in-process token bucket: per replica); empty or 0: off.")
     rate_limit_burst: float | None = Field(None, description="Bucket size; default: the rate (one second's worth).")
+    # per-tenant fair sharing (app/api/fairness.py): every key of a tenant shares these, per process; 0: off
+    tenant_rate_limit: float = Field(
+        200.0, ge=0, allow_inf_nan=False,
+        description="Requests per second per tenant, over all its keys (in-process token bucket: per replica); "
+                    "beyond it 429 rate-limited (limit tenant-requests) with Retry-After; 0: off.")
+    tenant_rate_limit_burst: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="The tenant request bucket's size; default: the rate.")
+    tenant_max_in_flight: int = Field(
+        4, ge=0, description="Requests of one tenant in flight at once in a process; beyond it 429 rate-limited "
+                             "(limit tenant-concurrency); 0: off.")
+    tenant_compute_share: float = Field(
+        1.0, ge=0, allow_inf_nan=False,
+        description="Server time one tenant's requests may occupy, in request-seconds per second (the average number "
+                    "of its requests in flight): its bucket drains by the requests in flight and refills at this "
+                    "rate; an empty bucket is 429 rate-limited (limit tenant-compute); 0: off.")
+    tenant_compute_burst_seconds: float = Field(
+        2.0, ge=0, allow_inf_nan=False,
+        description="The compute bucket's size in request-seconds (a burst above the share that long).")
+    tenant_refusal_delay: float = Field(
+        0.5, ge=0, le=10, allow_inf_nan=False,
+        description="Seconds a tenant-limit refusal is held back before it is answered (at most its Retry-After), "
+                    "so that a client retrying at once costs a few refusals per second per connection; 0: at once.")
+    # per-tenant quotas (app/services/quotas.py); the admin sets them per tenant (PUT /v1/tenants/{id}/quotas)
+    tenant_max_models: int = Field(
+        100, ge=0, description="Default quota: live models per tenant; 0: no limit.")
+    tenant_max_records: int = Field(
+        10_000_000, ge=0, description="Default quota: records held (learned, not forgotten) per tenant; 0: no limit.")
+    tenant_max_bytes: int = Field(
+        1 << 30, ge=0, description="Default quota: bytes the tenant's data occupies (states, retained examples, "
+                                   "record index; an estimate from byte lengths); 0: no limit.")
     auth_failure_limit: int = Field(
         100, ge=0, description="Failed authentications (a bearer token that is neither the admin token nor a live "
                                "key) one client address may make in a burst; beyond it the address gets 429 until "

@@ -11,6 +11,7 @@ from fastapi.routing import APIRoute
 from .api import admin, audit, console, models, problems, system
 from .api.clientaddr import ClientAddress, ClientResolver
 from .api.limits import BodySizeLimit
+from .api.fairness import TenantLimiter
 from .api.ratelimit import AuthFailureThrottle, RateLimit
 from .config import Settings
 from .crypto import Cipher, load_cipher
@@ -39,6 +40,7 @@ class Context:
     idempotency: IdempotencyStore
     metrics: Metrics
     auth_failures: AuthFailureThrottle | None = None  # failed authentications per client address and token
+    tenant_limits: TenantLimiter | None = None  # per-tenant requests, concurrency and compute (api/fairness.py)
 
     def readiness(self) -> dict[str, str]:
         checks = {}
@@ -124,6 +126,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   IdempotencyStore(db, settings.idempotency_stale_seconds), metrics,
                   AuthFailureThrottle(settings.auth_failure_limit, settings.auth_failure_window,
                                       settings.auth_failure_max_addresses) if settings.auth_failure_limit else None)
+    limiter = TenantLimiter(settings.tenant_rate_limit, settings.tenant_rate_limit_burst, settings.tenant_max_in_flight,
+                            settings.tenant_compute_share, settings.tenant_compute_burst_seconds,
+                            settings.tenant_refusal_delay)
+    if limiter.enabled:
+        ctx.tenant_limits = limiter
+        ctx.tenants.on_revoke = lambda tenant_id, digest: limiter.forget(tenant_id, digest)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -143,12 +151,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ctx = ctx
     problems.install(app)
     problems.document_problems(app)
-    for router in (admin.router, models.router, audit.router, system.router):
+    for router in (admin.router, admin.own, models.router, audit.router, system.router):
         app.include_router(router)
     models.install_openapi(app)  # the learn body schemas (both shapes)
     console.install(app)  # the read-only audit console at /console (static files, not in the OpenAPI document)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RateLimit, rate=settings.rate_limit or 0, burst=settings.rate_limit_burst)
+    app.add_middleware(RateLimit, rate=settings.rate_limit or 0, burst=settings.rate_limit_burst,
+                       tenants=ctx.tenant_limits, metrics=metrics)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)
     app.add_middleware(problems.ErrorBoundary)  # outermost of ours: a 500 never drops the client's connection
 

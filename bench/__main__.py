@@ -11,7 +11,10 @@ JetStream and ``olu consume`` vs HTTP ingest; needs NATS at 127.0.0.1:4222), acc
 and after forgetting 1 record, 1 % and 10 % of the stream, every family, beside the exact retrain and river's single
 pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy.py),
 scale (aggregate learn events/s and predict requests/s for 1, 2, 4, 8 replicas or workers, servers and load
-generators pinned to separate cores; bench/scale.py), coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/coldstart.py),
+generators pinned to separate cores; bench/scale.py), fairness (one tenant floods predicts and learns from 4 keys and
+4 processes while another measures its predict p50/p99, alone and under the flood in alternate windows, with the
+tenant limits off and at their defaults; target: p99 under the flood within 2x of p99 alone; ``--server-cpus 0,1``
+pins the server to 2 cores; bench/fairness.py), coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/coldstart.py),
 scale_accuracy (held-out accuracy and cost per forget on a 1e5-record stream at deletion rates 1e-4, 1e-3, 1e-2,
 every family beside the exact retrain, and membership inference on the forgotten records; a full run rewrites
 the generated "Accuracy at scale" and "Membership inference after forgetting" parts of docs/accuracy.md and
@@ -29,9 +32,9 @@ from .common import fmt_rate, fmt_time, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "accuracy",
-            "scale_accuracy")
-DEFAULT_SECTIONS = SECTIONS[:-4]  # the performance sections; scale, coldstart, accuracy, scale_accuracy run when named
+SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "fairness",
+            "accuracy", "scale_accuracy")
+DEFAULT_SECTIONS = SECTIONS[:-5]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy run when named
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
@@ -229,6 +232,7 @@ def main(argv=None) -> None:
     ap.add_argument("--profile", action="store_true", help="record the service with py-spy during the http section")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--docs", action="store_true", help="copy the summary plots to docs/")
+    ap.add_argument("--server-cpus", default="", help="fairness: CPUs to pin the server to (e.g. 0,1)")
     a = ap.parse_args(argv)
     sections = [s.strip() for s in a.sections.split(",") if s.strip()]
     unknown = set(sections) - set(SECTIONS)
@@ -284,6 +288,11 @@ def main(argv=None) -> None:
             from . import scale
             res["scale"] = scale.run(a.quick, backends)
             print("\n".join(scale.table(res["scale"])))
+        elif name == "fairness":
+            from . import fairness
+            cpus = {int(c) for c in a.server_cpus.split(",") if c.strip()} or None
+            res["fairness"] = fairness.run(a.quick, cpus)
+            print("\n".join(fairness.table(res["fairness"])))
         elif name == "coldstart":
             from . import coldstart
             res["coldstart"] = coldstart.run(a.quick)

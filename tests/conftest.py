@@ -112,6 +112,10 @@ def start_server(database_url: str, data_dir: Path, backend_name: str, **overrid
     # the suite makes hundreds of deliberately failed authentications from 127.0.0.1 (test_isolation); servers
     # that test the per-address throttle pass their own auth_failure_limit
     overrides.setdefault("auth_failure_limit", 100_000)
+    # and many requests of one tenant as fast as it can (threads, idempotency races): the per-tenant limits are
+    # tested by tests/test_tenant_fairness.py, on servers that pass their own
+    for name in ("tenant_rate_limit", "tenant_max_in_flight", "tenant_compute_share"):
+        overrides.setdefault(name, 0)
     app = create_app(Settings(data_dir=data_dir, database_url=database_url, admin_token=ADMIN_TOKEN, **overrides))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))

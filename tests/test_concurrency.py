@@ -191,7 +191,10 @@ def empty_postgres_db(postgres_url):
 
 def test_two_service_processes_on_one_postgres_stay_consistent(empty_postgres_db, tmp_path):
     signing = base64.b64encode(os.urandom(32)).decode()
-    env = service_env(tmp_path, empty_postgres_db, OLU_SIGNING_KEY=signing)
+    # 16 clients of one tenant on purpose (the write path's concurrency): the per-tenant fairness limits
+    # (tests/test_tenant_fairness.py) would only make them wait
+    env = service_env(tmp_path, empty_postgres_db, OLU_SIGNING_KEY=signing, OLU_TENANT_MAX_IN_FLIGHT="0",
+                      OLU_TENANT_COMPUTE_SHARE="0", OLU_TENANT_RATE_LIMIT="0")
     procs = [ServiceProcess(env, tmp_path / f"svc{i}.log") for i in range(2)]
     for p in procs:  # started together: one migrates, the other waits on the advisory lock
         p.launch()

@@ -27,7 +27,7 @@ IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=MAX_K
     "inside (e.g. a UUID)."))]
 
 
-@router.post("", status_code=201, response_model=Model, responses=responses(401, 403, 404, 422))
+@router.post("", status_code=201, response_model=Model, responses=responses(401, 403, 404, 409, 422))
 def create_model(body: ModelCreate, request: Request, p: Writer, idempotency_key: IdemKey = None):
     """Create a model. Its public constants and privacy calibration derive from the declared bounds.
 
@@ -37,7 +37,10 @@ def create_model(body: ModelCreate, request: Request, p: Writer, idempotency_key
     privacy target and `l2` (some families need `l2` > 0); `dim` at most the deployment's OLU_MAX_DIM (default
     100000), and for softmax `n_classes` * (`dim` + 1) at most OLU_MAX_DIM + 1; `n_classes` equal to the number of
     `classes` when both are given; `features.dim` equal to `dim`, each numeric range `[lo, hi]` finite with
-    lo < hi, no field both numeric and categorical, at most 1000 fields in all."""
+    lo < hi, no field both numeric and categorical, at most 1000 fields in all.
+
+    A tenant at its quota of live models (or bytes stored) is answered 409 `quota-exceeded` naming the `quota`, its
+    `limit` and the `usage` (GET /v1/tenant)."""
     return idempotent.run(request, p.tenant_id, body, Model, 201,
                           lambda guard: get_ctx(request).models.lifecycle.create(p.tenant_id, body.model_dump(), guard))
 
@@ -84,7 +87,9 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
     `features-not-declared` / `features-required`), encoded by that spec (422 `unknown-feature`,
     `out-of-range-feature`, `invalid-features`); `y` a label of its loss (422 `invalid-label`: 0/1 for logistic, a
     class index or declared class name for softmax, a class name only for a model that declared class names);
-    at most the deployment's OLU_MAX_BATCH examples and the family's per-request limit (413 `batch-too-large`)."""
+    at most the deployment's OLU_MAX_BATCH examples and the family's per-request limit (413 `batch-too-large`);
+    within the tenant's quotas of records held and bytes stored (409 `quota-exceeded` naming the `quota`, its
+    `limit` and the `usage`; the batch is refused whole)."""
     models = get_ctx(request).models
 
     def work():

@@ -62,6 +62,7 @@ TITLES = {
     "write-conflict": "The model changed while the request was computed",
     "request-deadline-exceeded": "The request's computation overran its deadline",
     "rate-limited": "Too many requests",
+    "quota-exceeded": "The tenant's quota would be exceeded",
 }
 
 

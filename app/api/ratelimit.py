@@ -21,6 +21,7 @@ the socket's, or a trusted proxy's word for it (``app/api/clientaddr.py``, ``OLU
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
 import json
@@ -116,14 +117,17 @@ def _seconds(wait: float) -> int:
 
 
 class RateLimit:
-    """Pure ASGI middleware in front of the app."""
+    """Pure ASGI middleware in front of the app: the per-key bucket, then the tenant's limits (app/api/fairness.py)
+    when the key's tenant is known; refusals are answered here, before the body is read or the key checked."""
 
-    def __init__(self, app, rate: float, burst: float | None = None):
+    def __init__(self, app, rate: float, burst: float | None = None, tenants=None, metrics=None):
         self.app = app
         self.buckets = TokenBuckets(rate, burst) if rate and rate > 0 else None
+        self.tenants = tenants if tenants is not None and tenants.enabled else None  # a fairness.TenantLimiter
+        self.metrics = metrics
 
     async def __call__(self, scope, receive, send):
-        if self.buckets is None or scope["type"] != "http":
+        if (self.buckets is None and self.tenants is None) or scope["type"] != "http":
             return await self.app(scope, receive, send)
         token = None
         for name, value in scope.get("headers", ()):
@@ -134,14 +138,43 @@ class RateLimit:
                 break
         if token is None:
             return await self.app(scope, receive, send)
-        wait = self.buckets.take(hashlib.sha256(token).digest())
-        if wait <= 0:
+        digest = hashlib.sha256(token).digest()
+        if self.buckets is not None:
+            wait = self.buckets.take(digest)
+            if wait > 0:
+                return await self._refuse(scope, send, max(1, math.ceil(wait)), "key-requests",
+                                          f"This key is limited to {self.buckets.rate:g} requests per second.")
+        limiter = self.tenants
+        if limiter is None:
             return await self.app(scope, receive, send)
-        retry_after = str(max(1, math.ceil(wait)))
+        tenant = limiter.tenant_of(digest)
+        state = {"digest": digest, "tenant": None}  # deps.authenticate admits a key not attributed yet
+        scope["olu.tenant_limits"] = state
+        if tenant is not None:
+            refusal = limiter.admit(tenant)
+            if refusal is not None:
+                hold = limiter.hold_for(refusal)
+                if hold > 0:
+                    limiter.held += 1
+                    try:
+                        await asyncio.sleep(hold)
+                    finally:
+                        limiter.held -= 1
+                return await self._refuse(scope, send, refusal.retry_after, refusal.limit, refusal.detail)
+            state["tenant"] = tenant
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if state["tenant"] is not None:
+                limiter.release(state["tenant"])
+
+    async def _refuse(self, scope, send, retry_after: int, limit: str, detail: str) -> None:
+        if self.metrics is not None:
+            self.metrics.refusals.labels("rate-limited").inc()
         body = json.dumps({"type": PROBLEM_BASE + "rate-limited", "title": "Too many requests", "status": 429,
-                           "detail": f"This key is limited to {self.buckets.rate:g} requests per second.",
+                           "detail": detail, "limit": limit, "retry_after": retry_after,
                            "instance": scope.get("path")}).encode()
         await send({"type": "http.response.start", "status": 429,
                     "headers": [(b"content-type", MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode()),
-                                (b"retry-after", retry_after.encode())]})
+                                (b"retry-after", str(retry_after).encode())]})
         await send({"type": "http.response.body", "body": body})

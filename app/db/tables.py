@@ -29,6 +29,10 @@ class Tenant(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     # set by DELETE /v1/tenants/{id}: keys revoked, every model erased with an erasure receipt; the log stays
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # quotas set by the admin (PUT /v1/tenants/{id}/quotas); NULL: the deployment's default; 0: no limit
+    quota_models: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    quota_records: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class ApiKey(Base):
@@ -65,6 +69,8 @@ class Model(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # the bytes the model's data occupies (state, records held, retained examples; app/services/quotas.py)
+    bytes_stored: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     __table_args__ = (Index("ix_models_tenant_created", "tenant_id", "created_at", "id"),)
 
 

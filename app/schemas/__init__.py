@@ -5,7 +5,8 @@ from .common import (  # noqa: F401
     UtcDatetime, Finite, POSITIVE_NORMAL_MIN, PositiveFinite, _zero_or_normal, NO_CONTROL, RecordId, Scope,
     LossName, MAX_CLASSES, ClassName, _OmitNone, Strict)
 from .tenants import (  # noqa: F401
-    TenantCreate, ModelErasedRef, TenantDeleted, TenantCreated, KeyCreate, KeyCreated, PublicKey, PublicKeys)
+    TenantCreate, ModelErasedRef, TenantDeleted, TenantCreated, KeyCreate, KeyCreated, PublicKey, PublicKeys,
+    QuotaSet, QuotaNumbers, Usage, TenantView)
 from .models import (  # noqa: F401
     Bounds, PrivacyTarget, FieldName, CategoryValue, FeatureValue, FeatureDict, FeatureSpec, ServedFeatureSpec,
     ModelCreate, Constants, LEDGER_DETAILS, LedgerSummary, Guarantee, Model, ModelList)

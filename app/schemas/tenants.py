@@ -34,6 +34,45 @@ class TenantCreated(BaseModel):
     api_key: str = Field(description="Shown once; carries the write, predict and audit scopes.")
 
 
+class QuotaSet(Strict):
+    """A tenant's own quotas (PUT /v1/tenants/{id}/quotas): each replaces the deployment's default for it."""
+
+    models: int | None = Field(None, ge=0, le=2**62, description="Live models; 0: no limit; null or absent: the "
+                                                                  "deployment's default (OLU_TENANT_MAX_MODELS).")
+    records: int | None = Field(None, ge=0, le=2**62, description="Records held (learned, not forgotten); 0: no "
+                                                                   "limit; null or absent: OLU_TENANT_MAX_RECORDS.")
+    bytes: int | None = Field(None, ge=0, le=2**62, description="Bytes stored (states, records, retained examples, "
+                                                                 "estimated from the byte lengths written); 0: no "
+                                                                 "limit; null or absent: OLU_TENANT_MAX_BYTES.")
+
+
+class QuotaNumbers(BaseModel):
+    models: int | None
+    records: int | None
+    bytes: int | None
+
+
+class Usage(BaseModel):
+    models: int = Field(description="Live models.")
+    records: int = Field(description="Records held: learned and not forgotten, over the live models.")
+    bytes: int = Field(description="Bytes stored by the live models: sealed states, per record held its index "
+                                   "entry (and example MAC), and the sealed retained examples with their wrapped "
+                                   "keys, from the byte lengths written (database overhead not counted).")
+
+
+class TenantView(BaseModel):
+    """A tenant with its quotas and what it uses of them."""
+
+    id: str
+    name: str
+    created_at: UtcDatetime
+    deleted_at: UtcDatetime | None = None
+    quotas: QuotaNumbers = Field(description="The quotas in force (null: no limit).")
+    quota_overrides: QuotaNumbers = Field(description="The tenant's own quotas set by the admin (null: the "
+                                                      "deployment's default applies).")
+    usage: Usage
+
+
 class KeyCreate(Strict):
     scopes: list[Scope] = Field(min_length=1, max_length=3)
     label: str | None = Field(None, max_length=200, pattern=NO_CONTROL)

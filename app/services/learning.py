@@ -48,6 +48,8 @@ class Learning(UseCase):
                     raise Problem(409, "duplicate-record", f"Record id {ids[min(held)]!r} was already used in this "
                                   "model.")
                 engine = self._checkout(s, row)
+                # refuse before computing what the quotas would refuse to keep
+                self.quotas.check(s, tenant_id, {"records": len(ids), "bytes": len(ids) * self.core.record_bytes(engine)})
             limit = engine.learn_batch_limit()  # the model's work budget per request (issue 21)
             if limit is not None and len(ids) > limit:
                 raise Problem(413, "batch-too-large", f"This model learns at most {limit} examples per request (its "
@@ -71,7 +73,12 @@ class Learning(UseCase):
                 batch_id = self.records.insert(s.connection(), probe, tenant_id, steps, macs, now)
                 if store is not None:
                     SqlRetained(s, model_id, spec.dim, self.registry.cipher).add(steps, Xv, yv)
+                old_bytes = row.bytes_stored
                 self._store(s, row, engine, now, n_records=row.n_records + len(ids))
+                # under the tenant's row lock: concurrent learns of the tenant's models do not pass a quota together
+                after = self.quotas.usage_locked(s, tenant_id)
+                grew = {"records": len(ids), "bytes": row.bytes_stored - old_bytes}
+                self.quotas.check(s, tenant_id, grew, usage={k: after[k] - grew.get(k, 0) for k in after})
                 result = {"accepted": len(ids), "first_step": int(steps[0]), "last_step": int(steps[-1]),
                           "version": row.version}
                 restarts = engine.restart_steps(steps)  # steps whose forget will be an exact restart (public)

@@ -54,14 +54,18 @@ class ModelLifecycle(UseCase):
             published=published_bytes(engine.published()),
             published_at=now, created_at=now, updated_at=now,
         )
+        blob = self.registry.dump(engine, model_id)
+        row.bytes_stored = len(blob)
         with self.db.write() as s:
-            # a deleted tenant gets no new model (the share lock orders this against DELETE /v1/tenants/{id})
+            # a deleted tenant gets no new model, and concurrent creations of one tenant pass its models quota one
+            # at a time (the row lock orders this against DELETE /v1/tenants/{id} and other creations)
             q = select(Tenant.deleted_at).where(Tenant.id == tenant_id)
-            if s.execute(q if self.db.is_sqlite else q.with_for_update(read=True)).scalar_one_or_none() is not None:
+            if s.execute(q if self.db.is_sqlite else q.with_for_update()).scalar_one_or_none() is not None:
                 raise Problem(404, "tenant-not-found", "This tenant is deleted.")
+            self.quotas.check(s, tenant_id, {"models": 1, "bytes": len(blob)})
             s.add(row)
             s.flush()
-            s.add(ModelState(model_id=model_id, version=1, blob=self.registry.dump(engine, model_id)))
+            s.add(ModelState(model_id=model_id, version=1, blob=blob))
             if charge is not None:
                 s.add(LedgerEntry(model_id=model_id, epoch=1, receipt_id=None, kind="creation", step=0,
                                   sigma=float(charge["sigma"]), rho=float(charge["rho"]), created_at=now))

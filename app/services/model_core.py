@@ -33,6 +33,7 @@ from ..unlearning import (SpecError, Unlearner)
 from ..db.retained import ShortReadRetained
 from .concurrency import ATTEMPTS, ModelGates, Moved, conflict_problem
 from .ledger import ledger_summary
+from .quotas import Quotas, model_bytes, record_bytes
 from .receipts import ReceiptIssuer
 from .records import open_record_key
 
@@ -198,7 +199,7 @@ _PREDICT_COLUMNS = select(_MODELS.c.version, _MODELS.c.spec_json, _MODELS.c.publ
     _MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"), _MODELS.c.status != "deleted")
 # what the write paths read of the model row (the columns they only write, and the view's, are not fetched)
 _WRITE_PATH_COLUMNS = ("id", "tenant_id", "algorithm", "spec_json", "status", "step", "n_records", "n_forgotten",
-                       "version", "epoch", "rho_spent", "ledger_json")
+                       "version", "epoch", "rho_spent", "ledger_json", "bytes_stored")
 _SELECT_MODEL = select(*(_MODELS.c[c] for c in _WRITE_PATH_COLUMNS)).where(
     _MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"), _MODELS.c.status != "deleted")
 _SELECT_VERSION = select(_MODELS.c.version, _MODELS.c.status).where(_MODELS.c.id == bindparam("mid"))
@@ -254,6 +255,16 @@ class ModelCore:
         self._record_keys: dict[str, bytes] = {}  # tenant id -> opened record key (secret; never served)
         # per-model gates and the compute deadline of learn / unlearn / retrain (app/services/concurrency.py)
         self.gates = ModelGates(getattr(settings, "request_deadline_seconds", 10.0))
+        self.quotas = Quotas(db, settings)  # per-tenant quotas of models, records held and bytes stored
+        self._wrapped_key_bytes: int | None = None
+
+    def record_bytes(self, engine: Unlearner) -> int:
+        """The bytes one record held by ``engine``'s model occupies (app/services/quotas.py)."""
+        if self._wrapped_key_bytes is None:
+            from ..db.retained import KEY, PURPOSE
+            cipher = self.registry.cipher
+            self._wrapped_key_bytes = KEY if cipher is None else len(cipher.seal(bytes(KEY), PURPOSE, "size:0"))
+        return record_bytes(engine, engine.spec.dim, self._wrapped_key_bytes)
 
 
 class UseCase:
@@ -263,7 +274,7 @@ class UseCase:
     def __init__(self, core: ModelCore):
         self.core = core
         self.db, self.registry, self.issuer, self.settings = core.db, core.registry, core.issuer, core.settings
-        self.metrics, self.records, self.gates = core.metrics, core.records, core.gates
+        self.metrics, self.records, self.gates, self.quotas = core.metrics, core.records, core.gates, core.quotas
         self._published, self._record_keys = core._published, core._record_keys
 
     def _row(self, s, tenant_id: str, model_id: str, *, lock: bool = False, include_deleted: bool = False) -> Model:
@@ -372,7 +383,8 @@ class UseCase:
         row.ledger_json = json.dumps({**engine.ledger(), "book": book})
         for k, v in fields.items():
             setattr(row, k, v)
+        blob = self.registry.dump(engine, row.id)
+        row.bytes_stored = model_bytes(len(blob), row.n_records - row.n_forgotten, self.core.record_bytes(engine))
         row.flush(s)
         # Core on the connection: no ORM autoflush of the model row here
-        s.connection().execute(_STORE_STATE, {"mid": row.id, "version": row.version,
-                                              "blob": self.registry.dump(engine, row.id)})
+        s.connection().execute(_STORE_STATE, {"mid": row.id, "version": row.version, "blob": blob})

@@ -45,6 +45,8 @@ class TenantService:
         self._auth_cache: dict[str, tuple[float, Principal]] = {}  # SHA-256 of the key -> (expiry, principal)
         self._auth_lock = threading.Lock()
         self._revocations = 0  # bumped on every revocation: a lookup that raced one is not cached
+        # told of every revocation through this process: (tenant id or None, SHA-256 digest of the key or None)
+        self.on_revoke = None
 
     def create_tenant(self, name: str) -> dict:
         now = utcnow()
@@ -73,7 +75,10 @@ class TenantService:
                 raise Problem(404, "key-not-found", f"No key {key_id} for tenant {tenant_id}.")
             if key.revoked_at is None:
                 key.revoked_at = utcnow()
+            digest = bytes.fromhex(key.key_hash)
         self._drop_cached(lambda principal: principal.key_id == key_id)
+        if self.on_revoke is not None:
+            self.on_revoke(None, digest)
 
     def _drop_cached(self, revoked) -> None:
         """A revocation: authentications in flight are re-checked (the counter) and cached principals for which
@@ -107,6 +112,8 @@ class TenantService:
                                     .values(revoked_at=tenant.deleted_at)).rowcount
             deleted_at = tenant.deleted_at
         self._drop_cached(lambda principal: principal.tenant_id == tenant_id)
+        if self.on_revoke is not None:
+            self.on_revoke(tenant_id, None)
         with self.db.write() as s:
             receipts = models.erase_tenant_models(s, tenant_id)
         models.evict(r["model_id"] for r in receipts)
@@ -158,6 +165,26 @@ class TenantService:
                     # expiry counts from before the read: a revocation elsewhere is seen within the TTL
                     self._auth_cache[digest] = (started + self.auth_cache_seconds, principal)
         return principal
+
+    def view(self, tenant_id: str, quotas, deleted_is_404: bool = False) -> dict:
+        """The tenant with its quotas in force, its own quota settings and its usage (app/services/quotas.py)."""
+        with self.db.read() as s:
+            tenant = s.get(Tenant, tenant_id)
+            if tenant is None or (deleted_is_404 and tenant.deleted_at is not None):
+                raise Problem(404, "tenant-not-found", f"No tenant {tenant_id}.")
+            return {"id": tenant.id, "name": tenant.name, "created_at": tenant.created_at,
+                    "deleted_at": tenant.deleted_at, **quotas.view(s, tenant_id)}
+
+    def set_quotas(self, tenant_id: str, values: dict, quotas) -> dict:
+        """Set the tenant's own quotas (None: the deployment's default).  Lowering one below the usage refuses no
+        existing data: the next model creation or learn past it is refused."""
+        with self.db.write() as s:
+            tenant = s.get(Tenant, tenant_id)
+            if tenant is None or tenant.deleted_at is not None:
+                raise Problem(404, "tenant-not-found", f"No tenant {tenant_id}.")
+            tenant.quota_models, tenant.quota_records = values.get("models"), values.get("records")
+            tenant.quota_bytes = values.get("bytes")
+        return self.view(tenant_id, quotas)
 
     def record_key(self, s, tenant_id: str) -> bytes:
         return open_record_key(self.cipher, tenant_id,

@@ -1,5 +1,5 @@
 // The audit console: sign-in, tenant overview, the monitor banner and the router. Read-only: it only GETs.
-import { ApiError, getAll, getText, session, whenAuthLost } from './api.js';
+import { ApiError, getAll, getJson, getText, session, whenAuthLost } from './api.js';
 import { ed25519Supported } from './crypto.js';
 import { $, append, clear, download, fill, h, num, when } from './dom.js';
 import { renderVerifyFile } from './files.js';
@@ -145,15 +145,40 @@ function spent(m) {
   return parts;
 }
 
+// the tenant's quotas and what it uses of them (GET /v1/tenant): live models, records held, bytes stored
+function bytes(n) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let k = 0;
+  let v = n;
+  while (v >= 1024 && k < units.length - 1) { v /= 1024; k += 1; }
+  return k === 0 ? `${n} B` : `${num(v, 3)} ${units[k]}`;
+}
+
+function usageCard(t) {
+  const rows = [['models', 'Models', String], ['records', 'Records held', String], ['bytes', 'Bytes stored', bytes]];
+  return h('div', { class: 'usage card', id: 'usage' }, h('h2', { text: 'Usage and quotas' }),
+    h('div', { class: 'usage-rows' }, rows.map(([k, label, show]) => {
+      const used = t.usage[k];
+      const limit = t.quotas[k];
+      const frac = limit ? Math.min(1, used / limit) : 0;
+      const bar = h('span', { class: ['bar', frac > 0.9 ? 'high' : null] }, h('span', { class: 'fill' }));
+      bar.firstChild.style.width = `${(100 * frac).toFixed(1)}%`;  // CSSOM, allowed by the style-src policy
+      return h('div', { class: 'spent', dataset: { quota: k } }, h('span', { class: 'label', text: label }), bar,
+        ` ${show(used)} of ${limit ? show(limit) : 'no limit'}`);
+    })));
+}
+
 async function renderOverview(main) {
-  const { items, truncated } = await getAll('v1/models', { cap: 1000 });
+  const [{ items, truncated }, tenant] = await Promise.all([getAll('v1/models', { cap: 1000 }),
+    getJson('v1/tenant').catch(() => null)]);
   const lookup = h('form', { class: 'lookup', on: { submit: (e) => {
     e.preventDefault();
     const v = e.target.querySelector('input').value.trim();
     if (v) { ctx.pendingRecord = v; window.location.hash = '#/records'; }
   } } }, h('input', { type: 'search', placeholder: 'look up a record id', 'aria-label': 'record id', autocomplete: 'off' }),
   h('button', { type: 'submit', text: 'Look up' }));
-  fill(main, 
+  fill(main,
+    tenant ? usageCard(tenant) : null,
     h('div', { class: 'titlebar' }, h('h1', { text: 'Models' }), lookup),
     items.length ? h('div', { class: 'scroll' }, h('table', { class: 'grid', id: 'models' },
       h('thead', {}, h('tr', {}, ['Model', 'Family', 'Loss', 'Guarantee', 'Version', 'Learned', 'Forgotten', 'Privacy spent'].map((t) => h('th', { text: t })))),

@@ -1,0 +1,157 @@
+"""Fair sharing of a replica between tenants (issue 29): per-tenant limits on top of the per-key token bucket.
+
+Three limits, all per tenant and per process (N replicas allow N times each), shared by every key of the tenant:
+
+- **requests** (``OLU_TENANT_RATE_LIMIT`` per second, burst ``OLU_TENANT_RATE_LIMIT_BURST``): one token bucket;
+- **concurrency** (``OLU_TENANT_MAX_IN_FLIGHT``): requests of the tenant in flight at once in this process;
+- **compute** (``OLU_TENANT_COMPUTE_SHARE``, burst ``OLU_TENANT_COMPUTE_BURST_SECONDS``): the server time the
+  tenant's requests occupy, measured, not estimated.  A bucket of "request-seconds" refills at
+  ``share`` per second and drains, at every instant, by the number of the tenant's requests then in flight; a
+  request is admitted only while the bucket is above zero.  With a share of 1 the tenant holds on average at most
+  one request in flight, about one core whatever its requests cost (a cheap predict or a long learn alike), and a
+  client that sends one request at a time never drains it.
+
+The refusal is cheap: the middleware (``RateLimit`` in app/api/ratelimit.py) knows the tenant of a key from the
+SHA-256 of its bearer token (``attribute``, filled in by authentication and dropped on revocation), so a refused
+request is answered before its body is read, before authentication and before any database work, with 429
+``rate-limited`` (``limit`` names which), ``Retry-After``, and no write.  A closed-loop flooder that retries at
+once would still make the server parse and answer refusals as fast as it can send them: the refusal is therefore
+held back (``refusal_delay``, at most the Retry-After and at most ``MAX_HELD`` refusals held at once per process)
+before it is sent, with no CPU spent meanwhile, so each of the flooder's connections costs a few refusals per second.
+
+A key seen for the first time (or not seen for ``ATTRIBUTION_SECONDS``) is not yet attributed: its request passes
+the middleware and is admitted right after authentication (app/api/deps.py) instead.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+ATTRIBUTION_SECONDS = 60.0  # a key not authenticated for this long is no longer attributed (revoked elsewhere)
+MAX_KEYS = 100_000
+MAX_TENANTS = 100_000
+MAX_HELD = 512  # refusals held back at once (beyond, answered at once)
+
+
+@dataclass
+class Refusal:
+    limit: str  # tenant-requests | tenant-concurrency | tenant-compute
+    retry_after: int  # whole seconds
+    detail: str
+
+
+@dataclass
+class _Tenant:
+    tokens: float  # request bucket
+    compute: float  # request-seconds bucket
+    last: float  # time of the last update of both buckets
+    in_flight: int = 0
+
+
+class TenantLimiter:
+    def __init__(self, rate: float | None, burst: float | None, max_in_flight: int | None,
+                 compute_share: float | None, compute_burst: float | None, refusal_delay: float = 0.0,
+                 clock=time.monotonic):
+        self.rate = float(rate) if rate and rate > 0 else None
+        self.burst = float(burst) if burst else (max(self.rate, 1.0) if self.rate else 0.0)
+        self.max_in_flight = int(max_in_flight) if max_in_flight and max_in_flight > 0 else None
+        self.share = float(compute_share) if compute_share and compute_share > 0 else None
+        self.compute_burst = float(compute_burst) if compute_burst and compute_burst > 0 else (self.share or 0.0)
+        self.refusal_delay = max(0.0, float(refusal_delay or 0.0))
+        self.clock = clock
+        self._keys: OrderedDict[bytes, tuple[str, float]] = OrderedDict()  # key digest -> (tenant, expiry)
+        self._tenants: OrderedDict[str, _Tenant] = OrderedDict()
+        self._lock = threading.Lock()
+        self.held = 0  # refusals being held back now (event loop only)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.rate or self.max_in_flight or self.share)
+
+    # ---- which tenant a key belongs to ------------------------------------------------------------------------
+
+    def tenant_of(self, digest: bytes) -> str | None:
+        entry = self._keys.get(digest)
+        if entry is None or entry[1] <= self.clock():
+            return None
+        return entry[0]
+
+    def attribute(self, digest: bytes, tenant_id: str) -> None:
+        """A successful authentication of the key with this SHA-256 ``digest`` (kept for ATTRIBUTION_SECONDS)."""
+        with self._lock:
+            self._keys[digest] = (tenant_id, self.clock() + ATTRIBUTION_SECONDS)
+            if len(self._keys) > MAX_KEYS:
+                self._keys.popitem(last=False)
+
+    def forget(self, tenant_id: str | None = None, digest: bytes | None = None) -> None:
+        """A revocation: the key (or every key of the tenant) is no longer attributed."""
+        with self._lock:
+            if digest is not None:
+                self._keys.pop(digest, None)
+            if tenant_id is not None:
+                self._keys = OrderedDict((k, v) for k, v in self._keys.items() if v[0] != tenant_id)
+
+    # ---- admission --------------------------------------------------------------------------------------------
+
+    def _state(self, tenant_id: str, now: float) -> _Tenant:
+        t = self._tenants.get(tenant_id)
+        if t is None:
+            t = self._tenants[tenant_id] = _Tenant(self.burst, self.compute_burst, now)
+            if len(self._tenants) > MAX_TENANTS:  # forget idle tenants first (their buckets are full)
+                for tid, st in list(self._tenants.items()):
+                    if st.in_flight == 0 and tid != tenant_id:
+                        del self._tenants[tid]
+                        break
+        else:
+            self._tenants.move_to_end(tenant_id)
+            dt = max(0.0, now - t.last)
+            if self.rate:
+                t.tokens = min(self.burst, t.tokens + dt * self.rate)
+            if self.share:  # drains by the requests in flight, refills at the share
+                t.compute = min(self.compute_burst, t.compute + dt * (self.share - t.in_flight))
+            t.last = now
+        return t
+
+    def admit(self, tenant_id: str) -> Refusal | None:
+        """None: admitted (call ``release`` when the request ends); else why not and when to retry."""
+        now = self.clock()
+        with self._lock:
+            t = self._state(tenant_id, now)
+            if self.max_in_flight and t.in_flight >= self.max_in_flight:
+                return Refusal("tenant-concurrency", 1, f"This tenant has {t.in_flight} requests in flight in this "
+                               f"process, its limit (OLU_TENANT_MAX_IN_FLIGHT).")
+            if self.share and t.compute <= 0.0:
+                return Refusal("tenant-compute", _seconds(-t.compute / self.share if t.compute < 0 else 1.0),
+                               f"This tenant's requests have occupied this process for more than its share "
+                               f"({self.share:g} request-seconds per second, OLU_TENANT_COMPUTE_SHARE).")
+            if self.rate:
+                if t.tokens < 1.0:
+                    return Refusal("tenant-requests", _seconds((1.0 - t.tokens) / self.rate),
+                                   f"This tenant is limited to {self.rate:g} requests per second over all its keys "
+                                   "(OLU_TENANT_RATE_LIMIT).")
+                t.tokens -= 1.0
+            t.in_flight += 1
+        return None
+
+    def release(self, tenant_id: str) -> None:
+        now = self.clock()
+        with self._lock:
+            t = self._state(tenant_id, now)
+            t.in_flight = max(0, t.in_flight - 1)
+
+    def hold_for(self, refusal: Refusal) -> float:
+        """Seconds to hold this refusal back before answering it (0: answer at once)."""
+        if not self.refusal_delay or self.held >= MAX_HELD:
+            return 0.0
+        return min(self.refusal_delay, float(refusal.retry_after))
+
+    def in_flight(self, tenant_id: str) -> int:
+        t = self._tenants.get(tenant_id)
+        return 0 if t is None else t.in_flight
+
+
+def _seconds(wait: float) -> int:
+    return max(1, math.ceil(wait)) if wait > 0 else 1

@@ -1,0 +1,114 @@
+"""Per-tenant quotas (issue 29, finding 3): live models, records held and bytes stored.
+
+Each tenant's quota is its own (``tenants.quota_models`` / ``quota_records`` / ``quota_bytes``, set by the admin
+with ``PUT /v1/tenants/{id}/quotas``) or, where that is NULL, the deployment's default (``OLU_TENANT_MAX_MODELS``,
+``OLU_TENANT_MAX_RECORDS``, ``OLU_TENANT_MAX_BYTES``); 0 means no limit.
+
+Usage is read from the tenant's live models: their number, their records held (``n_records - n_forgotten``) and
+their ``bytes_stored``, which every write sets (``model_bytes``): the byte lengths of what the model keeps, namely
+its sealed secret state, and per record held 32 bytes of commitment and 8 of step in the record index, 32 more of
+example MAC for a family whose clients send features to forget, and for a family that keeps its data the sealed
+example (nonce 12 + 8 (dim + 1) + tag 16 bytes) and its wrapped data key.  Not counted: the database's own page
+and index overhead, and what is kept for audit after a forget or an erasure (receipts, the log, the forgotten
+records' commitments), which a quota must not refuse to write.
+
+A model creation past the models (or bytes) quota, and a learn past the records or bytes quota, answer 409
+``quota-exceeded`` naming the quota, its limit and the usage, and change nothing: the learn is checked before it
+computes, and again in its write transaction under the tenant's row lock (so concurrent writes of one tenant cannot
+pass a quota together); a refusal there rolls the whole learn back.  Forgets, retrains and deletions are never
+refused by a quota; forgetting records and deleting models give their quota back.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import bindparam, func, select
+
+from ..db.tables import Model, Tenant
+from ..errors import Problem
+
+QUOTAS = ("models", "records", "bytes")
+_M, _T = Model.__table__, Tenant.__table__
+_USAGE = select(func.count(), func.coalesce(func.sum(_M.c.n_records - _M.c.n_forgotten), 0),
+                func.coalesce(func.sum(_M.c.bytes_stored), 0)).where(
+    _M.c.tenant_id == bindparam("tid"), _M.c.status != "deleted")
+_QUOTAS = select(_T.c.quota_models, _T.c.quota_records, _T.c.quota_bytes).where(_T.c.id == bindparam("tid"))
+_LOCK_TENANT = select(_T.c.id).where(_T.c.id == bindparam("tid")).with_for_update()
+INDEX_BYTES = 32 + 8  # commitment and step of a record in the record index
+MAC_BYTES = 32
+SEALED_OVERHEAD = 12 + 16  # AES-GCM nonce and tag of a sealed retained example
+
+
+def record_bytes(engine, dim: int, wrapped_key_bytes: int) -> int:
+    """The bytes one record held by this model occupies (module docstring)."""
+    n = INDEX_BYTES
+    if engine.needs_retained_data:
+        n += SEALED_OVERHEAD + 8 * (dim + 1) + wrapped_key_bytes
+    elif engine.needs_deletion_features:
+        n += MAC_BYTES
+    return n
+
+
+def model_bytes(state_bytes: int, records_held: int, per_record: int) -> int:
+    return int(state_bytes) + int(records_held) * int(per_record)
+
+
+class Quotas:
+    def __init__(self, db, settings):
+        self.db = db
+        self.defaults = {"models": int(getattr(settings, "tenant_max_models", 0) or 0),
+                         "records": int(getattr(settings, "tenant_max_records", 0) or 0),
+                         "bytes": int(getattr(settings, "tenant_max_bytes", 0) or 0)}
+
+    def limits(self, s, tenant_id: str) -> dict[str, int | None]:
+        """The tenant's effective quotas (None: no limit)."""
+        row = s.connection().execute(_QUOTAS, {"tid": tenant_id}).first()
+        own = (None, None, None) if row is None else tuple(row)
+        out: dict[str, int | None] = {}
+        for name, value in zip(QUOTAS, own):
+            v = self.defaults[name] if value is None else int(value)
+            out[name] = v or None
+        return out
+
+    def overrides(self, s, tenant_id: str) -> dict[str, int | None]:
+        row = s.connection().execute(_QUOTAS, {"tid": tenant_id}).first()
+        return dict(zip(QUOTAS, (None, None, None) if row is None else tuple(row)))
+
+    @staticmethod
+    def usage(s, tenant_id: str) -> dict[str, int]:
+        n, records, stored = s.connection().execute(_USAGE, {"tid": tenant_id}).one()
+        return {"models": int(n), "records": int(records), "bytes": int(stored)}
+
+    def usage_locked(self, s, tenant_id: str) -> dict[str, int]:
+        """The usage read under the tenant's row lock (PostgreSQL; SQLite's write transaction holds the database's
+        write lock already): a concurrent write of the same tenant waits until this transaction ends, and what it
+        committed before is seen.  Locks are taken model first, then tenant, as every write does."""
+        if not self.db.is_sqlite:
+            s.connection().execute(_LOCK_TENANT, {"tid": tenant_id})
+        return self.usage(s, tenant_id)
+
+    def check(self, s, tenant_id: str, adding: dict[str, int], usage: dict[str, int] | None = None) -> None:
+        """409 quota-exceeded when ``usage`` (default: read now) plus ``adding`` passes a quota."""
+        limits = self.limits(s, tenant_id)
+        if not any(limits[k] is not None for k in adding):
+            return
+        used = self.usage(s, tenant_id) if usage is None else usage
+        for name, more in adding.items():
+            limit = limits[name]
+            if limit is not None and used[name] + more > limit:
+                raise quota_problem(name, limit, used[name], more)
+
+    def view(self, s, tenant_id: str) -> dict[str, Any]:
+        return {"quotas": self.limits(s, tenant_id), "quota_overrides": self.overrides(s, tenant_id),
+                "usage": self.usage(s, tenant_id)}
+
+
+_WHAT = {"models": "live models", "records": "records held (learned and not forgotten)",
+         "bytes": "bytes stored (estimated from the byte lengths of its states, records and retained examples)"}
+
+
+def quota_problem(name: str, limit: int, usage: int, requested: int) -> Problem:
+    return Problem(409, "quota-exceeded",
+                   f"This tenant's quota of {_WHAT[name]} is {limit}; it uses {usage} and this request needs "
+                   f"{requested} more. Nothing was changed: forget records or delete models, or ask the "
+                   "administrator to raise the quota.", quota=name, limit=limit, usage=usage, requested=requested)
