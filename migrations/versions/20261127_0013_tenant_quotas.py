@@ -6,8 +6,8 @@ every write (app/services/quotas.py).  Existing live models get it from the byte
 sealed state, the retained examples and their wrapped keys, and per record held 40 bytes of record index (72 where
 the model keeps example MACs).
 
-Revision ID: 0012_fair
-Revises: 0011
+Revision ID: 0013
+Revises: 0012_i29forget
 Create Date: 2026-11-27 23:30:00
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0012_fair'
-down_revision = '0011'
+revision = '0013'
+down_revision = '0012_i29forget'
 branch_labels = None
 depends_on = None
 
