@@ -76,18 +76,16 @@ def _spec_of(payload: dict[str, Any], *, max_dim: int, budget: Budget | None = N
 
 
 def _classes_of(payload: dict[str, Any], cls: type[Unlearner], *, max_dim: int) -> tuple[int, tuple[str, ...] | None]:
-    """(n_classes, class names or None) of a classifier's spec: K from ``n_classes`` and/or the names in ``classes``
-    (they must agree), 2 <= K <= MAX_CLASSES, K (dim + 1) parameters at most max_dim + 1; (0, None) otherwise.
-    Loss softmax needs them; another loss takes them where the family classifies with it
-    (``Unlearner.classifier_losses``: exact_ridge's least squares)."""
+    """(n_classes, class names or None) of a classifier (softmax needs them; another loss takes them where the family
+    classifies with it, ``classifier_losses``): K from ``n_classes`` and/or ``classes`` (they must agree),
+    2 <= K <= MAX_CLASSES, K (dim + 1) parameters at most max_dim + 1; (0, None) otherwise."""
     n, names = payload.get("n_classes"), payload.get("classes")
     if payload["loss"] != "softmax":
         if n is None and names is None:
             return 0, None
-        if payload["loss"] not in cls.classifier_losses:
+        if payload["loss"] not in cls.classifier_losses:  # exact_ridge: least squares
             field = "n_classes" if n is not None else "classes"
-            also = "".join(f"; loss {loss} with {cls.algorithm}" for loss in cls.classifier_losses)
-            raise SpecError(f"{field} applies to loss softmax only{also}", fields=(field,))
+            raise SpecError(f"{field} applies to loss softmax (or a classifier family's loss)", fields=(field,))
     if names is not None:
         names = tuple(names)
         if len(set(names)) != len(names):
