@@ -162,6 +162,7 @@ def test_the_grid_bounds_every_record_and_the_record_cap_prevents_overflow():
         X[0, 0] = x_norm * (1 + 1e-9)  # the bound with the input tolerance
         y[0] = y_abs
         Xq, Tq = g.features(X), g.targets(y)
+        assert np.array_equal(Xq[:, :-1], np.rint(np.ldexp(X, g.kx)))  # the documented rule, rint(x 2^kx)
         bx = math.sqrt((2.0**bits + 0.5 * math.sqrt(dim)) ** 2 + 4.0 ** (bits - 1))
         per = max(bx * bx, bx * (2.0**bits + 0.5))
         assert (np.sum(Xq * Xq, axis=1) <= bx * bx).all() and (np.abs(Tq) <= 2.0**bits + 0.5).all()

@@ -73,6 +73,7 @@ class RidgeGrid:
         x = spec.x_norm * (1.0 + BOUND_TOLERANCE)
         self.kx = bits - math.frexp(x)[1] if math.isfinite(x) else -(2**20)
         self.kc = bits - 1  # the intercept coordinate 1 is exactly 2^(bits - 1) on its own grid
+        self.x_scale = math.ldexp(1.0, self.kx) if math.isfinite(x) else 0.0
         x_tilde = math.sqrt(x * x + 1.0)  # inf for a huge x_norm
         if self.classes:
             self.ky, by = 0, 1.0
@@ -90,7 +91,10 @@ class RidgeGrid:
     def features(self, X: np.ndarray) -> np.ndarray:
         """q(x~): the records' augmented features on the grid (integer-valued float64, n x (d + 1))."""
         Xq = np.empty((X.shape[0], X.shape[1] + 1))
-        np.rint(np.ldexp(X, self.kx), out=Xq[:, :-1])
+        # times 2^kx, a normal float for every finite x_norm (kx >= bits - 1024): as exact as ldexp (both round
+        # only a subnormal product, identically), and ~10x faster
+        np.multiply(X, self.x_scale, out=Xq[:, :-1])
+        np.rint(Xq[:, :-1], out=Xq[:, :-1])
         Xq[:, -1] = math.ldexp(1.0, self.kc)
         return Xq
 
@@ -106,7 +110,7 @@ class RidgeGrid:
             T = -np.ones((len(y), self.classes))
             T[np.arange(len(y)), np.asarray(y, dtype=np.int64)] = 1.0
             return T
-        return np.rint(np.ldexp(np.asarray(y, dtype=np.float64), self.ky))[:, None]
+        return np.rint(np.ldexp(np.asarray(y, dtype=np.float64), self.ky))[:, None]  # ky may pass 1023: ldexp
 
 
 class ExactRidge(Unlearner):
