@@ -259,6 +259,23 @@ def test_calibration_refuses_sums_or_weights_that_could_overflow(x_norm, y_abs, 
     assert field in e.value.fields
 
 
+def test_a_dimension_over_the_budget_is_refused_naming_dim_before_any_state_is_allocated():
+    """d = 100 000 would be a 80 GB state and a 10^15-flop solve: the registry refuses it naming dim and the range
+    that fits (without allocating the p x p sums on the way), and the top of that range is served."""
+    from app.registry import build_spec
+    from app.unlearning.maths.work_budget import Budget
+
+    budget = Budget(work=3e8, memory=64 << 20, batch=10_000)
+    body = {"name": "b", "algorithm": "exact_ridge", "loss": "squared", "dim": 100_000,
+            "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0, "l2": 0.05,
+            "privacy": {"epsilon": 1.0, "delta": 1e-6}, "hyperparameters": {}}
+    with pytest.raises(SpecError) as e:
+        build_spec(body, max_dim=100_000, budget=budget)
+    assert e.value.field == "dim" and 1 <= e.value.accepted[1] < 2000
+    s = build_spec({**body, "dim": int(e.value.accepted[1])}, max_dim=100_000, budget=budget)
+    assert ExactRidge.cost(s, 1).learn <= 3e8
+
+
 def test_work_budget_counts_the_d_squared_state_and_the_d_cubed_solve():
     small, big = ExactRidge.cost(spec(10), 1), ExactRidge.cost(spec(1000), 1)
     assert big.solve == 1001 and big.array_bytes >= 8 * 1001**2

@@ -141,9 +141,8 @@ class ExactRidge(Unlearner):
         self.needs_retained_data = hp["deletion_features"] == "retained"
         self.needs_deletion_features = hp["deletion_features"] == "client"
         self.supports_retrain = self.needs_retained_data
-        p, k = spec.dim + 1, self.grid.outputs
-        self.A = np.zeros((p, p), dtype=np.int64)
-        self.B = np.zeros((k, p), dtype=np.int64)
+        self._A: np.ndarray | None = None  # allocated on first use: the registry builds an engine to check its
+        self._B: np.ndarray | None = None  # ledger before the work budget has refused a p x p state too large
         self.t = 0
         self.n_deletions = 0
         self.epoch = 0
@@ -228,6 +227,26 @@ class ExactRidge(Unlearner):
                        memory_fields=forget_fields)
 
     # ---- state ----------------------------------------------------------------------------------------------------
+    @property
+    def A(self) -> np.ndarray:
+        if self._A is None:
+            self._A = np.zeros((self.spec.dim + 1,) * 2, dtype=np.int64)
+        return self._A
+
+    @A.setter
+    def A(self, value: np.ndarray) -> None:
+        self._A = value
+
+    @property
+    def B(self) -> np.ndarray:
+        if self._B is None:
+            self._B = np.zeros((self.grid.outputs, self.spec.dim + 1), dtype=np.int64)
+        return self._B
+
+    @B.setter
+    def B(self, value: np.ndarray) -> None:
+        self._B = value
+
     def state(self) -> dict[str, Any]:
         return {"A": self.A.copy(), "B": self.B.copy(), "t": self.t, "n_deletions": self.n_deletions,
                 "epoch": self.epoch}
@@ -235,7 +254,8 @@ class ExactRidge(Unlearner):
     def load_state(self, state: Mapping[str, Any]) -> None:
         A = np.asarray(state["A"])
         B = np.asarray(state["B"])
-        if A.shape != self.A.shape or B.shape != self.B.shape or A.dtype != np.int64 or B.dtype != np.int64:
+        p = self.spec.dim + 1
+        if A.shape != (p, p) or B.shape != (self.grid.outputs, p) or A.dtype != np.int64 or B.dtype != np.int64:
             raise ValueError("stored sums do not match the model's dimension, classes or type")
         self.A, self.B = A.copy(), B.copy()
         self.t = int(state["t"])
