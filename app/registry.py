@@ -41,8 +41,8 @@ def _spec_of(payload: dict[str, Any], *, max_dim: int, budget: Budget | None = N
     given a budget, the work and memory of one request (``check_budget``)."""
     if payload["dim"] > max_dim:
         raise SpecError(f"dim must be at most {max_dim}", fields=("dim",))
-    n_classes, classes = _classes_of(payload, max_dim=max_dim)
     cls = engine_class(payload["algorithm"])
+    n_classes, classes = _classes_of(payload, cls, max_dim=max_dim)
     privacy = payload["privacy"]
     try:
         rho = _rho(float(privacy["epsilon"]), float(privacy["delta"]))
@@ -75,15 +75,17 @@ def _spec_of(payload: dict[str, Any], *, max_dim: int, budget: Budget | None = N
     return spec if budget is None else check_budget(cls, spec, budget)
 
 
-def _classes_of(payload: dict[str, Any], *, max_dim: int) -> tuple[int, tuple[str, ...] | None]:
-    """(n_classes, class names or None) of a softmax spec: K from ``n_classes`` and/or the names in ``classes``
-    (they must agree), 2 <= K <= MAX_CLASSES, K (dim + 1) parameters at most max_dim + 1; (0, None) otherwise."""
+def _classes_of(payload: dict[str, Any], cls: type[Unlearner], *, max_dim: int) -> tuple[int, tuple[str, ...] | None]:
+    """(n_classes, class names or None) of a classifier (softmax needs them; another loss takes them where the family
+    classifies with it, ``classifier_losses``): K from ``n_classes`` and/or ``classes`` (they must agree),
+    2 <= K <= MAX_CLASSES, K (dim + 1) parameters at most max_dim + 1; (0, None) otherwise."""
     n, names = payload.get("n_classes"), payload.get("classes")
     if payload["loss"] != "softmax":
-        if n is not None or names is not None:
+        if n is None and names is None:
+            return 0, None
+        if payload["loss"] not in cls.classifier_losses:  # exact_ridge: least squares
             field = "n_classes" if n is not None else "classes"
-            raise SpecError(f"{field} applies to loss softmax only", fields=(field,))
-        return 0, None
+            raise SpecError(f"{field} applies to loss softmax (or a classifier family's loss)", fields=(field,))
     if names is not None:
         names = tuple(names)
         if len(set(names)) != len(names):
@@ -96,7 +98,7 @@ def _classes_of(payload: dict[str, Any], *, max_dim: int) -> tuple[int, tuple[st
     if not 2 <= n <= MAX_CLASSES:
         raise SpecError(f"n_classes must be in [2, {MAX_CLASSES}]", fields=("n_classes",))
     if n * (payload["dim"] + 1) > max_dim + 1:
-        raise SpecError(f"a softmax model has n_classes * (dim + 1) parameters, at most {max_dim + 1}",
+        raise SpecError(f"a classifier has n_classes * (dim + 1) parameters, at most {max_dim + 1}",
                         fields=("n_classes", "dim"))
     return int(n), names
 
@@ -416,7 +418,7 @@ def locate(payload: dict[str, Any], err: SpecError, *, max_dim: int) -> tuple[st
 
 def spec_to_json(spec: ModelSpec) -> str:
     out = {**spec.__dict__, "hyperparameters": dict(spec.hyperparameters)}
-    if spec.loss != "softmax":  # the stored text of the other losses is unchanged
+    if not spec.n_classes:  # the stored text of models that are no classifiers is unchanged
         out.pop("n_classes")
         out.pop("classes")
     elif spec.classes is not None:

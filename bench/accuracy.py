@@ -242,9 +242,10 @@ def declared(algorithm: str, n_train: int, n_forget: int) -> dict[str, Any]:
     """The hyperparameters a user must declare for a family (no default exists): the stream length and the
     number of deletions, given their true values.  Everything else stays at the family's default."""
     cls = ALGORITHMS[algorithm]
+    loss, classes = family_loss(algorithm, "logistic", 2)
     try:  # families whose defaults are enough: nothing declared
-        cls.normalize_hyperparameters(ModelSpec(algorithm, "logistic", 2, 1.0, 1.0, MODEL_DEFAULTS["domain_radius"],
-                                                MODEL_DEFAULTS["l2"], EPSILON, DELTA, RHO, {}))
+        cls.normalize_hyperparameters(ModelSpec(algorithm, loss, 2, 1.0, 1.0, MODEL_DEFAULTS["domain_radius"],
+                                                MODEL_DEFAULTS["l2"], EPSILON, DELTA, RHO, {}, n_classes=classes))
         base: dict[str, Any] = {}
     except SpecError:
         base = {"horizon": max(2, n_train), "max_deletions": max(1, n_forget)}
@@ -255,13 +256,24 @@ def declared(algorithm: str, n_train: int, n_forget: int) -> dict[str, Any]:
     return base
 
 
+def family_loss(algorithm: str, loss: str, classes: int) -> tuple[str, int]:
+    """(loss, n_classes) a family runs a classification task with: the data set's loss (softmax: K classes); a
+    family that classifies with a loss of its own (``classifier_losses``: exact_ridge's least squares on +-1
+    targets) takes that loss with the data set's K classes (2 for the binary sets)."""
+    own = ALGORITHMS[algorithm].classifier_losses
+    if own and loss in ("logistic", "softmax"):
+        return own[0], classes
+    return loss, (classes if loss == "softmax" else 0)
+
+
 def model_spec(algorithm: str, dim: int, loss: str, classes: int, hp: dict[str, Any], x_norm: float = 1.0,
                **fields: float) -> ModelSpec:
     """The spec the service would build for this family with the default spec fields and ``hp``.
-    (softmax: the number of classes K goes to the spec's ``n_classes``.)"""
+    (softmax, or a family's own classifier loss: the number of classes K goes to the spec's ``n_classes``.)"""
     radius = fields.get("domain_radius", MODEL_DEFAULTS["domain_radius"])
     l2 = fields.get("l2", MODEL_DEFAULTS["l2"])
-    extra = {"n_classes": classes} if loss == "softmax" else {}
+    loss, n_classes = family_loss(algorithm, loss, classes)
+    extra = {"n_classes": n_classes} if n_classes else {}
     s = ModelSpec(algorithm=algorithm, loss=loss, dim=dim, x_norm=x_norm, y_abs=1.0, domain_radius=radius, l2=l2,
                   epsilon=EPSILON, delta=DELTA, rho=RHO, hyperparameters=dict(hp), **extra)
     return s.with_hyperparameters(ALGORITHMS[algorithm].normalize_hyperparameters(s))

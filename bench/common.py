@@ -39,8 +39,12 @@ def stream(n: int, d: int, seed: int = 0, loss: str = "logistic") -> tuple[np.nd
 
 def spec(algorithm: str, d: int, hp: dict | None = None, loss: str = "logistic") -> ModelSpec:
     cls = ALGORITHMS[algorithm]
+    k = 0
+    if cls.classifier_losses and loss == "logistic":  # a family classifying with its own loss (exact_ridge)
+        loss, k = cls.classifier_losses[0], 2
     s = ModelSpec(algorithm=algorithm, loss=loss, dim=d, x_norm=1.0, y_abs=1.0, domain_radius=10.0, l2=0.01,
-                  epsilon=1.0, delta=1e-6, rho=rho_from_epsilon_delta(1.0, 1e-6), hyperparameters=dict(hp or {}))
+                  epsilon=1.0, delta=1e-6, rho=rho_from_epsilon_delta(1.0, 1e-6), hyperparameters=dict(hp or {}),
+                  n_classes=k)
     return s.with_hyperparameters(cls.normalize_hyperparameters(s))
 
 

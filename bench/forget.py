@@ -93,6 +93,8 @@ def run(quick: bool, families: list[str] | None = None, sizes: tuple[int, ...] |
             rng = np.random.default_rng(n)
             for u in rng.choice(np.arange(n // 2, n), size=max_forgets, replace=False):
                 retained = ArrayRetained(steps[held], X[held], y[held]) if cls.needs_retained_data else None
+                if getattr(e, "needs_deletion_features", False) and not e.needs_retained_data:  # the client resends
+                    retained = ArrayRetained(steps[u:u + 1], X[u:u + 1], y[u:u + 1])
                 t0 = time.perf_counter()
                 try:
                     certs = e.forget([int(steps[u])], retained)

@@ -104,6 +104,9 @@ class Family:
     cost_order: str
     cost_T: Callable[[int, int], float] | None
     block: bool = False                     # batch-trained: one learn call per inter-deletion block
+    # the linear score the table's logistic loss is taken of, from what the family publishes (None: as published);
+    # exact_ridge publishes its K = 2 one-vs-rest rows, w_0 = -w_1: its class-1 row
+    score_row: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -141,13 +144,19 @@ FAMILIES: tuple[Family, ...] = (
     Family("SISA (exact, sharded)", "sisa", lambda T, k: {},
            "none (an ensemble of S OGD shards; the loss of its mean probability)", None,
            "tau / S  [Bourtoule et al. 2021: one shard replayed]", LIN),
+    Family("exact ridge (least squares, exact)", "exact_ridge", lambda T, k: {"deletion_features": "retained"},
+           "none (least squares on +-1 targets, scored by the logistic loss of its class-1 output)", None,
+           "d^2 + one (d+1)^3 solve  [Cao & Yang 2015: summation form]", CONST,
+           score_row=lambda w: w[w.size // 2:]),
 )
 
 
 def make_spec(algorithm: str, dim: int, hp: dict) -> ModelSpec:
     """The spec the service would build (defaults filled in, calibration checked at its worst case)."""
     cls = ALGORITHMS[algorithm]
-    s = ModelSpec(algorithm, "logistic", dim, 1.0, 1.0, RADIUS, MU, EPSILON, DELTA, RHO, dict(hp))
+    # a family that classifies with a loss of its own (exact_ridge: least squares) takes it, with 2 classes
+    loss, k = (cls.classifier_losses[0], 2) if cls.classifier_losses else ("logistic", 0)
+    s = ModelSpec(algorithm, loss, dim, 1.0, 1.0, RADIUS, MU, EPSILON, DELTA, RHO, dict(hp), n_classes=k)
     s = s.with_hyperparameters(cls.normalize_hyperparameters(s))
     cls.check_calibration(s)
     return s
@@ -169,10 +178,26 @@ def scored_losses(P: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.logaddexp(0.0, s) - y * s + 0.5 * MU * np.einsum("ij,ij->i", P, P)
 
 
-def run_stream(engine, X: np.ndarray, y: np.ndarray, events, block: bool) -> tuple[np.ndarray, list[float], list]:
-    """Feed X, y; after step tau forget u (timed).  Returns (published model before each example, forget seconds,
-    certificates)."""
+class _Scored:
+    """An engine whose ``published`` is seen through a family's ``score_row`` (everything else passes through)."""
+
+    def __init__(self, engine, score_row):
+        self._engine, self._row = engine, score_row
+
+    def published(self) -> np.ndarray:
+        return self._row(self._engine.published())
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+def run_stream(engine, X: np.ndarray, y: np.ndarray, events, block: bool,
+               score_row=None) -> tuple[np.ndarray, list[float], list]:
+    """Feed X, y; after step tau forget u (timed).  Returns (published model before each example, through
+    ``score_row`` where given, forget seconds, certificates)."""
     T = len(X)
+    if score_row is not None:
+        engine = _Scored(engine, score_row)
     P = np.empty((T, engine.published().size))  # an ensemble publishes its members (sisa)
     alive = np.ones(T, dtype=bool)
     steps_all = np.arange(1, T + 1)
@@ -276,7 +301,7 @@ def measure(fam: Family, X, y, events, T: int, k: int, comp: np.ndarray, seeds: 
     regrets, times, certs = [], [], []
     for seed in range(SEED, SEED + seeds):
         eng = make_engine(fam, X.shape[1], T, k, seed)
-        P, tm, cs = run_stream(eng, X, y, events, fam.block)
+        P, tm, cs = run_stream(eng, X, y, events, fam.block, fam.score_row)
         regrets.append(float(scored_losses(P, X, y).sum() - comp.sum()))
         times += tm
         certs += cs

@@ -192,17 +192,21 @@ class Run:
                         else:  # no skip symbol: learn each record and forget it at once (its clock is kept)
                             for u in run:
                                 self.steps[u] = self.engine.learn(X[u:u + 1], y[u:u + 1], self.store(int(u)))[0]
-                                self.engine.forget([int(self.steps[u])], self.store(int(u) + 1))
+                                self.engine.forget([int(self.steps[u])], self.forget_store(int(u), int(u) + 1))
                                 self.alive[u] = False
                     else:
                         self.steps[run] = self.engine.learn(X[run], y[run], self.store(int(run[0])))
             self.pos = end
 
-    def forget(self, u: int) -> None:
-        ret = self.store(self.pos)
+    def forget_store(self, u: int, upto: int):
+        """What a forget of record u reads: the retained store, or the record resent by the client."""
         if self.client:
-            ret = MaskedRetained(self.steps[u:u + 1], self.data.X_train[u:u + 1], self.data.y_train[u:u + 1],
-                                 np.ones(1, bool), 1)
+            return MaskedRetained(self.steps[u:u + 1], self.data.X_train[u:u + 1], self.data.y_train[u:u + 1],
+                                  np.ones(1, bool), 1)
+        return self.store(upto)
+
+    def forget(self, u: int) -> None:
+        ret = self.forget_store(u, self.pos)
         t0 = time.perf_counter()
         certs = self.engine.forget([int(self.steps[u])], ret)
         self.forget_s.append(time.perf_counter() - t0)

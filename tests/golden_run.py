@@ -42,6 +42,7 @@ FAMILIES: list[tuple[str, dict]] = [
     ("discard_and_restart", {}),
     ("online_dp_tree", {"horizon": 200, "max_deletions": 4}),
     ("sisa", {"shards": 3, "slices": 2}),  # added with the family (issue 25); the recording was re-made then
+    ("exact_ridge", {}),  # added with the family (issue 30): its cases only were recorded then, the others unchanged
 ]
 LOSSES = ("logistic", "squared", "huber", "softmax")
 DROP = {"id", "tenant_id", "model_id", "record_commitment", "issued_at", "created_at", "updated_at", "key_id",
@@ -134,7 +135,8 @@ def _case(c, algorithm: str, hp: dict, loss: str, X: np.ndarray) -> dict[str, An
     result["learn"] = [learn.status_code, _clean(learn.json())]
     forget = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-3", "rec-29"]})
     if forget.status_code == 422:  # the family needs the forgotten examples from the client
-        forget = c.post(f"/v1/models/{mid}/unlearn", json={"examples": [examples[3], examples[29]]})
+        forget = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-3", "rec-29"],
+                                                            "examples": [examples[3], examples[29]]})
     result["unlearn"] = [forget.status_code, _clean(forget.json())]
     pred = c.post(f"/v1/models/{mid}/predict", json={"x": X[:4].tolist()})
     result["predict"] = [pred.status_code, _clean(pred.json())]

@@ -23,13 +23,16 @@ FAMILIES = [
     ("rewind_to_delete", {"initial_size": 20, "T": 60, "K": 20, "m_max": 3, "learn_policy": "retrain"}),
     ("sisa", {}),
     ("sisa", {"shards": 3, "slices": 2}),
+    ("exact_ridge", {"deletion_features": "retained"}),  # its default (client) mode: test_exact_ridge_* below
 ]
+# families that serve one loss only (exact_ridge: least squares); the others run with the logistic loss
+LOSS = {"exact_ridge": "squared"}
 
 
 @pytest.mark.parametrize("algorithm,hp", FAMILIES, ids=[f"{a}-{i}" for i, (a, _) in enumerate(FAMILIES)])
 def test_family_round_trip_over_http(server, tenant, algorithm, hp):
     _, c = tenant
-    model = create_model(c, dim=3, algorithm=algorithm, hyperparameters=hp, l2=0.05)
+    model = create_model(c, dim=3, algorithm=algorithm, hyperparameters=hp, l2=0.05, loss=LOSS.get(algorithm, "logistic"))
     mid = model["id"]
     assert model["algorithm"] == algorithm and model["guarantee"]["definition"]
     X = unit_rows(30, 3, seed=4)
@@ -96,13 +99,14 @@ def _raw_database_bytes(server) -> bytes:
 
 
 DATA_HOLDING = [("retrain", {}), ("active_olu", {}), ("second_order_olu", {}), ("descent_to_delete", {}), ("memory_pair", {}),
-                ("rewind_to_delete", {"initial_size": 8, "T": 40, "K": 10, "m_max": 3}), ("sisa", {"shards": 3})]
+                ("rewind_to_delete", {"initial_size": 8, "T": 40, "K": 10, "m_max": 3}), ("sisa", {"shards": 3}),
+                ("exact_ridge", {"deletion_features": "retained"})]
 
 
 @pytest.mark.parametrize("algorithm,hp", DATA_HOLDING, ids=[a for a, _ in DATA_HOLDING])
 def test_forgotten_examples_leave_no_bytes_in_the_database(server, tenant, algorithm, hp):
     _, c = tenant
-    mid = create_model(c, dim=4, algorithm=algorithm, hyperparameters=hp)["id"]
+    mid = create_model(c, dim=4, algorithm=algorithm, hyperparameters=hp, loss=LOSS.get(algorithm, "logistic"))["id"]
     rng = np.random.default_rng(11)
     X = rng.uniform(-0.49, 0.49, size=(12, 4))  # distinctive float64 patterns
     c.post(f"/v1/models/{mid}/learn", json={"examples": examples(X)})
@@ -159,6 +163,63 @@ def test_memory_pair_with_client_supplied_features(tenant):
                                                     "restart": True}
     m = c.get(f"/v1/models/{mid}").json()
     assert m["status"] == "ready" and m["ledger_summary"]["capacity_left"] == 2
+
+
+def test_exact_ridge_forgets_with_the_resent_records_exactly_and_refuses_a_wrong_one(tenant):
+    """exact_ridge keeps no data by default: the unlearn carries the records, checked against the code kept at
+    learn (a wrong feature or label: 422 example-mismatch, nothing changes); after the forget the published weights
+    equal, bit for bit, those of a model that learned only the other records, in reverse order."""
+    _, c = tenant
+    names = ["cat", "dog", "eel"]
+    spec = dict(dim=3, algorithm="exact_ridge", loss="squared", classes=names, l2=0.5)
+    m = create_model(c, **spec)
+    mid = m["id"]
+    assert m["n_classes"] == 3 and m["hyperparameters"]["deletion_features"] == "client"
+    assert m["constants"]["record_cap"] > 10**6 and m["guarantee"]["definition"].startswith("exact")
+    X = unit_rows(30, 3, seed=9)
+    y = [names[i % 3] for i in range(30)]
+    ex = [{"id": f"rec-{i}", "x": X[i].tolist(), "y": y[i]} for i in range(30)]
+    assert c.post(f"/v1/models/{mid}/learn", json={"examples": ex}).status_code == 200
+    before = c.get(f"/v1/models/{mid}/parameters").json()
+    r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-4"]})
+    assert r.status_code == 422 and r.json()["type"].endswith("/deletion-features-required")
+    for wrong in ({**ex[4], "x": ex[5]["x"]}, {**ex[4], "y": "cat"}):  # rec-4 is a dog
+        r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-4"], "examples": [wrong]})
+        assert r.status_code == 422 and r.json()["type"].endswith("/example-mismatch"), r.text
+        assert c.get(f"/v1/models/{mid}/parameters").json() == before  # nothing changed
+    r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-4", "rec-11"], "examples": [ex[11], ex[4]]})
+    assert r.status_code == 200, r.text
+    for receipt in r.json()["receipts"]:
+        assert receipt["mechanism"] == {"type": "exact", "sigma": 0.0, "sensitivity": 0.0, "rho": 0.0}
+    ledger = c.get(f"/v1/models/{mid}/ledger").json()
+    assert ledger["rho_spent"] == 0.0 and len(ledger["entries"]) == 2
+    ref = create_model(c, **spec)["id"]
+    rest = [e for e in ex if e["id"] not in ("rec-4", "rec-11")][::-1]
+    assert c.post(f"/v1/models/{ref}/learn", json={"examples": rest}).status_code == 200
+    got, want = c.get(f"/v1/models/{mid}/parameters").json(), c.get(f"/v1/models/{ref}/parameters").json()
+    assert got["weights"] == want["weights"] and got["shape"] == [3, 4] and got["classes"] == names
+    assert got["weights"] != before["weights"]
+    p = c.post(f"/v1/models/{mid}/predict", json={"x": X[:6].tolist()}).json()
+    assert all(cls in names for cls in p["classes"]) and len(p["probabilities"][0]) == 3
+    assert np.allclose(np.sum(p["probabilities"], axis=1), 1.0)
+    assert p == {**c.post(f"/v1/models/{ref}/predict", json={"x": X[:6].tolist()}).json(), "version": p["version"]}
+    rt = c.post(f"/v1/models/{mid}/retrain")  # no data kept: nothing to retrain on
+    assert rt.status_code == 409 and rt.json()["type"].endswith("/retrain-not-supported")
+
+
+def test_classes_with_loss_squared_are_for_a_least_squares_classifier_only(tenant):
+    _, c = tenant
+    body = {"name": "m", "algorithm": "passive_olu", "loss": "squared", "dim": 2, "bounds": {"x_norm": 1.0},
+            "n_classes": 3}
+    r = c.post("/v1/models", json=body)
+    assert r.status_code == 422 and r.json()["type"].endswith("/invalid-model-spec"), r.text
+    assert r.json()["errors"][0]["field"] == "n_classes"
+    r = c.post("/v1/models", json={**body, "algorithm": "exact_ridge", "loss": "logistic", "n_classes": None})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "loss"
+    m = create_model(c, **{**body, "algorithm": "exact_ridge", "n_classes": 2})
+    assert m["n_classes"] == 2
+    r = c.post(f"/v1/models/{m['id']}/learn", json={"examples": [{"id": "a", "x": [0.1, 0.2], "y": 2.0}]})
+    assert r.status_code == 422 and r.json()["type"].endswith("/invalid-label"), r.text
 
 
 def test_memory_pair_inference_gate(tenant):

@@ -116,12 +116,18 @@ def test_data_keeping_models_get_a_record_cap_enforced_at_learn(asgi):
     assert asgi.post(f"/v1/models/{mid}/learn", json={"examples": ex[3:4]}).status_code == 200
 
 
+# families that serve one loss only (exact_ridge: least squares); the others run with BASE's
+ONLY_LOSS = {"exact_ridge": "squared"}
+
+
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_the_cap_is_filled_in_for_the_families_that_keep_records(asgi, algorithm):
-    r = asgi.post("/v1/models", json=_body(algorithm=algorithm, hyperparameters=MODERATE_HP.get(algorithm, {})))
+    loss = ONLY_LOSS.get(algorithm, BASE["loss"])
+    r = asgi.post("/v1/models", json=_body(algorithm=algorithm, loss=loss,
+                                           hyperparameters=MODERATE_HP.get(algorithm, {})))
     assert r.status_code == 201, r.text
     hp = r.json()["hyperparameters"]
-    spec = build_spec(_body(algorithm=algorithm, hyperparameters=hp), max_dim=100_000)
+    spec = build_spec(_body(algorithm=algorithm, loss=loss, hyperparameters=hp), max_dim=100_000)
     keeps = engine_class(algorithm).keeps_records(spec)
     assert (hp.get("max_records") is not None) == keeps, hp
     if keeps:
@@ -180,7 +186,7 @@ def test_the_estimate_grows_with_what_drives_the_work():
 # ---- the largest specs the service accepts, against a real server process ------------------------------------------
 LARGE = {"passive_olu": {}, "active_olu": {}, "retrain": {}, "descent_to_delete": {"variant": "secret"},
          "rewind_to_delete": {"initial_size": 3}, "memory_pair": {}, "second_order_olu": {},
-         "online_dp_tree": {"horizon": 1000, "max_deletions": 3}, "discard_and_restart": {}}
+         "online_dp_tree": {"horizon": 1000, "max_deletions": 3}, "discard_and_restart": {}, "exact_ridge": {}}
 WORK, MEMORY = 3e8, 64 << 20
 
 
@@ -207,9 +213,12 @@ def test_largest_accepted_specs_learn_forget_and_the_server_survives(service, al
     proc, c = service
     if loss == "softmax" and algorithm == "memory_pair":
         loss = "logistic"
-    body = _body(algorithm=algorithm, loss=loss, dim=100_000 if loss != "softmax" else 100_000 // n_classes - 1,
+    classify = loss == "softmax"
+    if algorithm in ONLY_LOSS:  # exact_ridge: least squares, a classifier where softmax was drawn
+        loss = ONLY_LOSS[algorithm]
+    body = _body(algorithm=algorithm, loss=loss, dim=100_000 if not classify else 100_000 // n_classes - 1,
                  hyperparameters=dict(LARGE[algorithm]))
-    if loss == "softmax":
+    if classify:
         body["n_classes"] = n_classes
     r = c.post("/v1/models", json=body)
     for _ in range(3):  # the named field's top, then the next field the refusal names

@@ -159,6 +159,15 @@ def _softmax_probabilities(enc, params):
     return p / p.sum(axis=1, keepdims=True)
 
 
+def _least_squares_scores(enc, params):
+    """exact_ridge's classifier: the K outputs and their clip((s + 1) / 2, 0, 1), normalised (README)."""
+    K, width = params.shape
+    W = np.array(params.weights).reshape(K, width)
+    s = enc @ W[:, :-1].T + W[:, -1]
+    p = np.clip((s + 1) / 2, 0, 1)
+    return s, p / p.sum(axis=1, keepdims=True)
+
+
 # name -> (extra model fields, label of a row, check of the prediction against the published parameters)
 SDK_SCENARIOS = {
     "binary": ({}, lambda row: float(row["age"] > 50),
@@ -170,6 +179,14 @@ SDK_SCENARIOS = {
                         and pred.classes == [TEN_CLASSES[k] for k in
                                              _softmax_probabilities(enc, params).argmax(axis=1)]
                         and params.shape == [10, 33])),
+    # a least-squares classifier over integer sums (exact_ridge, issue 30), keeping the data to forget by id
+    "least_squares": ({"algorithm": "exact_ridge", "loss": "squared", "classes": TEN_CLASSES[:3],
+                       "hyperparameters": {"deletion_features": "retained"}}, lambda row: TEN_CLASSES[row["age"] % 3],
+                      lambda pred, enc, params: (
+                          np.allclose(pred.probabilities, _least_squares_scores(enc, params)[1])
+                          and pred.classes == [TEN_CLASSES[k] for k in
+                                               _least_squares_scores(enc, params)[0].argmax(axis=1)]
+                          and params.shape == [3, 33])),
 }
 
 

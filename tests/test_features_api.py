@@ -65,13 +65,13 @@ def test_model_serves_its_normalised_feature_spec(tenant):
 
 
 @pytest.mark.parametrize("algorithm,hp", [("passive_olu", {}), ("retrain", {}),
-                                          ("memory_pair", {"deletion_features": "client"})])
+                                          ("memory_pair", {"deletion_features": "client"}), ("exact_ridge", {})])
 def test_dictionaries_learn_forget_predict_as_their_dense_encoding(tenant, algorithm, hp):
     """Dictionaries are learned, forgotten (by id, or with the dictionaries sent back for a model that keeps no
     data, matched against what was learned whatever the key order) and predicted; a prediction on a dictionary is
     the published parameters applied to the featurizer's encoding, which respects the declared bound."""
     _, c = tenant
-    m = _hashed(c, algorithm=algorithm, hyperparameters=hp)
+    m = _hashed(c, algorithm=algorithm, hyperparameters=hp, **({"loss": "squared"} if algorithm == "exact_ridge" else {}))
     mid = m["id"]
     rows = _rows(30)
     y = _labels(rows)
@@ -93,7 +93,7 @@ def test_dictionaries_learn_forget_predict_as_their_dense_encoding(tenant, algor
     assert np.allclose(got["predictions"], expected)
     # forget: data-keeping families by id; the client-feature memory pair needs the dictionaries back
     body: dict = {"ids": ["u3", "u7"]}
-    if algorithm == "memory_pair":
+    if m["hyperparameters"].get("deletion_features") == "client":  # memory_pair's option, exact_ridge's default
         missing = c.post(f"/v1/models/{mid}/unlearn", json=body)
         _problem(missing, 422, "deletion-features-required")
         # a changed dictionary is not the one learned

@@ -20,7 +20,8 @@ from .procs import ServiceProcess, service_env
 
 DIM = 4
 FAMILIES = [("active_olu", {}), ("descent_to_delete", {}), ("memory_pair", {}), ("retrain", {}),
-            ("rewind_to_delete", {"initial_size": 8, "T": 40, "K": 10, "m_max": 3}), ("sisa", {"shards": 3})]
+            ("rewind_to_delete", {"initial_size": 8, "T": 40, "K": 10, "m_max": 3}), ("sisa", {"shards": 3}),
+            ("exact_ridge", {"deletion_features": "retained"})]
 IDS = [a for a, _ in FAMILIES]
 # the forgotten example: distinctive features and label (squared loss), and a distinctive raw id
 X_FORGET = [0.3141592653589793, -0.16180339887498948, 0.1414213562373095, 0.05772156649015329]
@@ -90,6 +91,28 @@ def test_unlearn_leaves_no_byte_in_the_data_directory(tmp_path, algorithm, hp):
             assert len(_retained_steps(srv.data_dir / "olu.db", mid)) == N - 1  # the others are still held
             # and they still work: a further forget reads them (active_olu runs GD on them, memory_pair needs x)
             assert c.post(f"/v1/models/{mid}/unlearn", json={"ids": [ids[AT + 1]]}).status_code == 200
+    finally:
+        _stop(handle, srv)
+
+
+def test_exact_ridge_keeps_no_byte_of_an_example_and_of_a_resent_one(tmp_path):
+    """exact_ridge's default mode keeps no data: after the learn no file holds the example (only integer sums and a
+    keyed check code), and the record resent with the unlearn leaves no byte either, the SQLite WAL included."""
+    srv, handle = _sqlite_server(tmp_path)
+    try:
+        _, key = srv.new_tenant()
+        with srv.client(key) as c:
+            mid, ids, X, y = _learn(c, "exact_ridge", {}, seed=3)
+            needles = needles_of(X[AT], Y_FORGET, ids[AT])
+            assert _retained_steps(srv.data_dir / "olu.db", mid) == []  # nothing sealed either
+            assert scan([srv.data_dir], needles) == []
+            resent = {"id": ids[AT], "x": X[AT].tolist(), "y": float(y[AT])}
+            r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": [ids[AT]], "examples": [resent]})
+            assert r.status_code == 200, r.text
+            assert scan([srv.data_dir], needles) == []
+            # control: the scan finds the needles where they are (a file holding the example's bytes)
+            (srv.data_dir / "control.bin").write_bytes(np.asarray(X[AT], dtype="<f8").tobytes())
+            assert scan([srv.data_dir], needles) != []
     finally:
         _stop(handle, srv)
 

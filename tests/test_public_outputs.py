@@ -56,7 +56,11 @@ FAMILIES = [
     ("second_order_olu", {"solver": "cg"}, False),
     ("sisa", {}, True),  # exact: the record's shard is recomputed without it
     ("sisa", {"shards": 3, "slices": 4}, True),
+    ("exact_ridge", {}, True),  # exact: the record's terms are subtracted from the integer sums (resent records)
+    ("exact_ridge", {"deletion_features": "retained"}, True),
 ]
+# families that serve one loss only run with it (exact_ridge: least squares); the others with the logistic loss
+LOSS = {"exact_ridge": "squared"}
 
 # ids, times, signatures and values keyed by per-tenant secrets differ between any two runs, whatever the data
 VOLATILE = {"id", "tenant_id", "model_id", "receipt_id", "record_commitment", "signature", "key_id", "issued_at",
@@ -122,11 +126,12 @@ def _world(tmp: Path, monkeypatch, caplog, algorithm: str, hp: dict, X, y) -> di
     caplog.clear()
     try:
         t = ctx.tenants.create_tenant("t")["id"]
-        spec = {"name": "m", "algorithm": algorithm, "loss": "logistic", "dim": DIM, "bounds": {"x_norm": 1.0, "y_abs": 1.0},
+        spec = {"name": "m", "algorithm": algorithm, "loss": LOSS.get(algorithm, "logistic"), "dim": DIM,
+                "bounds": {"x_norm": 1.0, "y_abs": 1.0},
                 "domain_radius": 10.0, "l2": 0.05, "privacy": {"epsilon": 1.0, "delta": 1e-6},
                 "hyperparameters": hp}
         m = ctx.models.create(t, spec)["id"]
-        client = hp.get("deletion_features") == "client"
+        client = ctx.models.get(t, m)["hyperparameters"].get("deletion_features") == "client"  # as served
         out: dict = {"learn": _problem(lambda: ctx.models.learn(t, m, [f"r{i}" for i in range(N)], X[:N], y[:N]))}
 
         def unlearn(i):

@@ -105,8 +105,11 @@ def seeded(tmp_path_factory):
         assert c.post(f"/v1/models/{named}/learn", json={"examples": [
             {"id": f"rec-{i}", "features": {"v": i / 10, "c": "abc"[i % 3]}, "y": "abc"[i % 3]} for i in range(10)
         ]}).status_code == 200
+        # a least-squares classifier that keeps no data (exact_ridge): unlearns need the records resent
+        ridge = create_model(c, dim=2, algorithm="exact_ridge", loss="squared", n_classes=2)["id"]
+        assert c.post(f"/v1/models/{ridge}/learn", json={"examples": examples(unit_rows(10, 2))}).status_code == 200
     real = {"tenant_id": tenant_id, "receipt_id": receipt, "record_id": "rec-1"}
-    yield srv, key, real, (mid, kept, named)
+    yield srv, key, real, (mid, kept, named, ridge)
     uv.should_exit = True
     thread.join(timeout=10)
     srv.app.state.ctx.db.dispose()
@@ -120,7 +123,7 @@ def test_every_operation_conforms_and_never_5xx(case, seeded):
     srv, key, real, models = seeded
     admin = case.path.startswith("/v1/tenants")
     params = case.path_parameters or {}
-    # half of the examples aim at real objects, one of the three models (never the tenant's own key, never a real
+    # half of the examples aim at real objects, one of the four models (never the tenant's own key, never a real
     # model or the real tenant for DELETE: that would erase what the other examples aim at)
     pick = zlib.crc32(repr(sorted(params.items())).encode())  # deterministic (not hash())
     if params and pick % 2 == 0:

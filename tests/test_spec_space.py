@@ -137,6 +137,10 @@ def hyperparameters(algorithm: str, draw) -> dict:
         hp["slices"] = draw(st.integers(1, 5))
         if maybe():
             hp["max_records"] = draw(st.integers(6, 50))  # the walk learns up to 6 records: all must fit
+    elif algorithm == "exact_ridge":
+        hp["deletion_features"] = draw(st.sampled_from(["client", "retained"]))
+        if maybe():
+            hp["grid_bits"] = draw(st.integers(4, 24))
     elif algorithm == "second_order_olu":
         hp["max_gd_steps"] = draw(st.integers(0, 40))
         hp["solver"] = draw(st.sampled_from(["auto", "direct", "cg"]))
@@ -166,8 +170,8 @@ def scenarios(draw, algorithm: str):
             "bounds": {"x_norm": num("x_norm"), "y_abs": num("y_abs")},
             "domain_radius": num("domain_radius"), "l2": l2,
             "privacy": {"epsilon": num("epsilon"), "delta": draw(in_unit())}, "hyperparameters": hp}
-    if loss == "softmax":
-        body["n_classes"] = draw(st.integers(2, 5))
+    if loss == "softmax" or (loss == "squared" and draw(st.booleans())):  # squared: a least-squares classifier
+        body["n_classes"] = draw(st.integers(2, 5))  # (exact_ridge; the other families refuse n_classes with it)
     n = draw(st.integers(3, 6))
     seed = draw(st.integers(0, 2**32 - 1))
     return body, n, seed
@@ -187,7 +191,7 @@ def examples_inside(body: dict, n: int, seed: int) -> list[dict]:
             x = v / np.linalg.norm(v) * (xn * rng.uniform(0.0, 1.0))
         if body["loss"] == "logistic":
             y = float(i % 2)
-        elif body["loss"] == "softmax":
+        elif body.get("n_classes"):
             y = float(i % body["n_classes"])
         else:
             y = [ya, -ya, 0.0, ya * rng.uniform(-1, 1)][i % 4]
@@ -221,8 +225,10 @@ FORGET_OUTCOMES: dict[str, int] = {}
 
 def forget_each(client, mid: str, body: dict, ex: list[dict]) -> None:
     """Forget every learned record in turn, earliest step first, the last one included: each ends 200 (a certified
-    or an exact forget); a 409 names the retrain that makes the forget work, and following it does."""
-    client_mode = body["hyperparameters"].get("deletion_features") == "client"
+    or an exact forget); a 409 names the retrain that makes the forget work, and following it does.  Whether the
+    records are resent is read from the model as served (exact_ridge resends them by default)."""
+    served = client.get(f"/v1/models/{mid}").json()["hyperparameters"]
+    client_mode = served.get("deletion_features") == "client"
     for e in ex:
         req = {"ids": [e["id"]], **({"examples": [e]} if client_mode else {})}
         r = client.post(f"/v1/models/{mid}/unlearn", json=req)
@@ -308,7 +314,8 @@ def quick_d2d(monkeypatch):
 MODERATE_HP = {"passive_olu_restart": {"max_deletions": 3, "horizon": 1000}, "rewind_to_delete": {"initial_size": 3, "T": 20},
                "memory_pair": {"capacity": 3}, "online_dp_tree": {"horizon": 1000, "max_deletions": 3}}
 # a loss a family's certificate cannot use: refused at create, naming the field ``loss``
-UNSUPPORTED_LOSS = {"second_order_olu": {"huber"}, "memory_pair": {"softmax"}}
+UNSUPPORTED_LOSS = {"second_order_olu": {"huber"}, "memory_pair": {"softmax"},
+                    "exact_ridge": {"logistic", "huber", "softmax"}}
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))

@@ -31,11 +31,11 @@ IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=MAX_K
 def create_model(body: ModelCreate, request: Request, p: Writer, idempotency_key: IdemKey = None):
     """Create a model. Its public constants and privacy calibration derive from the declared bounds.
 
-    Besides the schema (which states, among others, that `n_classes` and `classes` go with loss softmax only and
-    that softmax needs one of them), these rules are refused with 422 `invalid-model-spec`, naming the field: the
+    Besides the schema (which states, among others, that `n_classes` and `classes` go with loss softmax or squared and
+    that softmax needs one of them; with squared only a least-squares classifier takes them, exact_ridge), these rules are refused with 422 `invalid-model-spec`, naming the field: the
     family's `hyperparameters` (GET /v1/algorithms) and its calibration, which must be computable from the bounds,
     privacy target and `l2` (some families need `l2` > 0); `dim` at most the deployment's OLU_MAX_DIM (default
-    100000), and for softmax `n_classes` * (`dim` + 1) at most OLU_MAX_DIM + 1; `n_classes` equal to the number of
+    100000), and for a classifier `n_classes` * (`dim` + 1) at most OLU_MAX_DIM + 1; `n_classes` equal to the number of
     `classes` when both are given; `features.dim` equal to `dim`, each numeric range `[lo, hi]` finite with
     lo < hi, no field both numeric and categorical, at most 1000 fields in all.
 
@@ -132,7 +132,7 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer,
 
     Rules that depend on the model: each id was learned (404 `record-not-found`) and not yet forgotten (409
     `record-already-forgotten`); `examples` are for a model that keeps no data but needs the forgotten records'
-    features (memory_pair with deletion_features=client: 422 `deletion-features-required` without them, 422
+    features (memory_pair and exact_ridge with deletion_features=client: 422 `deletion-features-required` without them, 422
     `example-mismatch` when they differ from what was learned, with the labels and dimension rules of learn);
     a model that keeps its data takes the ids only (422 `examples-not-accepted`); other families ignore them.
     A forget the family's analysis cannot certify is exact instead (a restart or an exact retrain, said in the

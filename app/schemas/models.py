@@ -70,10 +70,12 @@ class ModelCreate(Strict):
     privacy: PrivacyTarget = Field(default_factory=PrivacyTarget)
     hyperparameters: dict[str, Any] = Field(default_factory=dict, description="Family-specific, all defaulted.")
     n_classes: json_int(ge=2, le=MAX_CLASSES) | None = Field(None, description=(
-        "loss softmax: the number of classes K (labels 0..K-1); may be omitted when classes is given."))
+        "loss softmax, or loss squared with a least-squares classifier (exact_ridge): the number of classes K "
+        "(labels 0..K-1); may be omitted when classes is given."))
     classes: list[ClassName] | None = Field(None, min_length=2, max_length=MAX_CLASSES, json_schema_extra=UNIQUE,
                                             description=(
-        "loss softmax: distinct class names, in label order; learn and predict then also take and give names."))
+        "loss softmax (or squared, exact_ridge): distinct class names, in label order; learn and predict then also "
+        "take and give names."))
     features: FeatureSpec | None = Field(None, description=(
         "Accept feature dictionaries instead of dense vectors: hashed into dim buckets, then scaled down to "
         "bounds.x_norm. Absent: examples are dense vectors x."))
@@ -133,8 +135,8 @@ class Model(_OmitNone):
     constants: Constants
     ledger_summary: LedgerSummary
     guarantee: Guarantee
-    n_classes: int | None = Field(None, description="Softmax models only: the number of classes K.")
-    classes: list[str] | None = Field(None, description="Softmax models with declared class names only.")
+    n_classes: int | None = Field(None, description="Classifiers only (softmax, least squares): the number of classes K.")
+    classes: list[str] | None = Field(None, description="Classifiers with declared class names only.")
 
 
 class ModelList(BaseModel):

@@ -46,12 +46,14 @@ EXAMPLE_SHAPE = one_of_present("x", "array", "features", "object")
 # x (dense vectors) or features (feature dictionaries), for predict
 PREDICT_SHAPE = one_of_present("x", "array", "features", "array")
 
-# n_classes and classes go with loss softmax only, and softmax needs one of them (null counts as absent)
+# n_classes and classes go with loss softmax, which needs one of them (null counts as absent), or with loss squared
+# (a family that classifies by least squares, exact_ridge; the others refuse them: 422 invalid-model-spec)
 SOFTMAX_FIELDS: dict[str, Any] = {
     "if": {"required": ["loss"], "properties": {"loss": {"const": "softmax"}}},
     "then": {"anyOf": [{"required": ["n_classes"], "properties": {"n_classes": {"type": "integer"}}},
                        {"required": ["classes"], "properties": {"classes": {"type": "array"}}}]},
-    "else": {"properties": {"n_classes": {"type": "null"}, "classes": {"type": "null"}}},
+    "else": {"if": {"required": ["loss"], "properties": {"loss": {"const": "squared"}}},
+             "else": {"properties": {"n_classes": {"type": "null"}, "classes": {"type": "null"}}}},
 }
 
 # a feature spec declares at least one numeric or categorical field

@@ -74,7 +74,8 @@ class UnlearnRequest(Strict):
     ids: list[RecordId] = Field(min_length=1, json_schema_extra=UNIQUE)
     examples: list[Example] | None = Field(
         None, description="The forgotten records' features and labels, for models that keep no data but need them "
-                          "to forget (memory_pair with deletion_features=client); checked against what was learned.")
+                          "to forget (memory_pair and exact_ridge with deletion_features=client); checked against what was "
+                          "learned.")
 
     @model_validator(mode="after")
     def _one_shape(self):

@@ -9,6 +9,7 @@ from .families.active import ActiveOLU
 from .families.descent_to_delete import DescentToDelete
 from .families.discard import DiscardAndRestart
 from .families.dp_tree import OnlineDPTree
+from .families.exact_ridge import ExactRidge
 from .families.memory_pair import MemoryPair
 from .families.passive import PassiveOLU
 from .families.restart import PassiveOLURestart
@@ -20,7 +21,7 @@ from .mechanism.noise import NoiseSource, SecureGaussianNoise, SeededNoise
 
 ALGORITHMS: dict[str, type[Unlearner]] = {
     cls.algorithm: cls for cls in (PassiveOLU, PassiveOLURestart, ActiveOLU, RetrainOGD, DescentToDelete, RewindToDelete,
-                               MemoryPair, DiscardAndRestart, OnlineDPTree, SecondOrderOLU, SISA)
+                               MemoryPair, DiscardAndRestart, OnlineDPTree, SecondOrderOLU, SISA, ExactRidge)
 }
 
 

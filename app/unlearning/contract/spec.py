@@ -52,14 +52,16 @@ class ModelSpec:
     # the feature-dictionary spec (app/features.py) or None for dense inputs: used by the service to encode
     # dictionaries into dense vectors before the engine sees them; engines never read it
     features: Mapping[str, Any] | None = None
-    # loss "softmax" only: the number of classes K, and optionally their names (labels are indices 0..K-1)
+    # classifiers: the number of classes K, and optionally their names (labels are indices 0..K-1); loss softmax
+    # always, loss squared for a family that classifies by least squares (``Unlearner.classifier_losses``); 0 otherwise
     n_classes: int = 0
     classes: tuple[str, ...] | None = None
 
     @property
     def n_params(self) -> int:
-        """Length of the flattened parameter vector: d + 1, or K (d + 1) for softmax (losses.py)."""
-        return (self.dim + 1) * (self.n_classes if self.loss == "softmax" else 1)
+        """Length of the flattened parameter vector: d + 1, or K (d + 1) for a classifier of K classes (softmax,
+        losses.py; least squares, exact_ridge)."""
+        return (self.dim + 1) * (self.n_classes or 1)
 
     def with_hyperparameters(self, hp: Mapping[str, Any]) -> "ModelSpec":
         return ModelSpec(**{**self.__dict__, "hyperparameters": dict(hp)})

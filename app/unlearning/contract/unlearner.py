@@ -81,6 +81,9 @@ class Unlearner(ABC):
     # True when forget() needs the deleted records' (x, y) although the service keeps no data: the client sends
     # them with the unlearn request (the service checks them against a MAC stored at learn time)
     needs_deletion_features: ClassVar[bool] = False
+    # losses besides softmax with which the family is a classifier when the spec declares n_classes / classes
+    # (labels are class indices; exact_ridge: least squares on +-1 targets); the service refuses classes otherwise
+    classifier_losses: ClassVar[tuple[str, ...]] = ()
     guarantee_definition: ClassVar[str]
     guarantee_words: ClassVar[str]
 
@@ -283,8 +286,9 @@ class Unlearner(ABC):
     # ---- prediction from the published parameters alone (the service predicts without loading the engine) -----
     @classmethod
     def published_shape(cls, spec: ModelSpec) -> tuple[int, ...]:
-        """The shape of ``published()``: (d + 1,), or (K, d + 1) for softmax; an ensemble adds its members first."""
-        return (spec.n_classes, spec.dim + 1) if spec.loss == "softmax" else (spec.dim + 1,)
+        """The shape of ``published()``: (d + 1,), or (K, d + 1) for a classifier of K classes (softmax); an ensemble
+        adds its members first."""
+        return (spec.n_classes, spec.dim + 1) if spec.n_classes else (spec.dim + 1,)
 
     @classmethod
     def published_ensemble(cls, spec: ModelSpec) -> str | None:

@@ -57,12 +57,12 @@ class Loss:
     radius: float
     mu: float
     huber_delta: float = 1.0
-    n_classes: int = 0  # softmax only: K
+    n_classes: int = 0  # K: softmax, or a least-squares classifier (loss squared with classes, exact_ridge)
 
     @property
     def n_out(self) -> int:
-        """Scores per example: K for softmax, 1 otherwise."""
-        return self.n_classes if self.name == "softmax" else 1
+        """Scores per example: K for a classifier (softmax), 1 otherwise."""
+        return self.n_classes or 1
 
     def n_params(self, dim: int) -> int:
         """Length of the flattened parameter vector: n_out (d + 1)."""
@@ -118,11 +118,12 @@ class Loss:
 
     # ---- labels ---------------------------------------------------------------------------
     def normalize_labels(self, y: np.ndarray) -> np.ndarray:
-        if self.name == "softmax":
+        if self.n_classes:  # softmax, or a least-squares classifier
             ok = (y == np.floor(y)) & (y >= 0) & (y < self.n_classes)
             if not ok.all():
                 i = int(np.flatnonzero(~ok)[0])
-                raise InputError(f"example {i}: softmax labels must be class indices 0..{self.n_classes - 1} "
+                kind = "softmax labels" if self.name == "softmax" else "class labels"
+                raise InputError(f"example {i}: {kind} must be class indices 0..{self.n_classes - 1} "
                                  "(or declared class names)", index=i, code="invalid-label")
             return y
         if self.name == "logistic":
@@ -287,6 +288,8 @@ def make_loss(name: str, x_norm: float, y_abs: float, radius: float, mu: float, 
     if name == "softmax":
         if not 2 <= int(n_classes) <= MAX_CLASSES:
             raise SpecError(f"loss softmax needs n_classes in [2, {MAX_CLASSES}]", fields=("n_classes",))
+        return Loss(name, float(x_norm), float(y_abs), float(radius), float(mu), delta, int(n_classes))
+    if name == "squared" and n_classes:  # a least-squares classifier (exact_ridge): labels are class indices
         return Loss(name, float(x_norm), float(y_abs), float(radius), float(mu), delta, int(n_classes))
     return Loss(name, float(x_norm), float(y_abs), float(radius), float(mu), delta)
 
