@@ -35,7 +35,10 @@ class RequestData(ArrayRetained):
         if not len(exclude):
             return self.steps, self.X_aug, self.y
         keep = ~np.isin(self.steps, np.asarray(exclude, dtype=np.int64))
-        return self.steps[keep], self.X_aug[keep], self.y[keep]
+        out = self.steps[keep], self.X_aug[keep], self.y[keep]
+        for a in out:
+            a.setflags(write=False)  # read by every pass of the round
+        return out
 
 
 def cached(retained: RetainedData | None, dim: int) -> RetainedData | None:
