@@ -17,6 +17,10 @@ Results agree with the numpy loop to round-off (the dot products are summed in a
 ``tests/test_fast_path.py`` checks <= 1e-12 on random streams.  Without numba (or with ``OLU_NUMBA=0`` in the
 environment) ``available()`` is False and the numpy loop runs; nothing else changes.
 
+The exact families (retrain, sisa) need more than round-off agreement: a forget's replay must do the very
+operations the learning did.  ``exact_ogd_at`` runs their loop (exact_ogd.py): the compiled kernel once loaded,
+else a fallback with the same bits, so the cold start below cannot break an exact forget (issue 32).
+
 No request waits for the compiler (issue 23): until the kernels are loaded (``ready()``), ``supported`` is False
 and ``grid_noise_step`` takes numpy, and the compilation runs in a background thread (``warm_up_async``, started
 by the service at start-up or by the first caller).  With numba's cache filled (``olu warm``; the image does it at
