@@ -166,3 +166,29 @@ def test_sisa_learns_across_the_switch_and_forgets_exactly(monkeypatch, forget_c
         store.add(e.learn(X2, y2, store.view()), X2, y2)
         e.forget([250], store.view())
     assert_matches_reference(e, Xa, ya, forgotten | {250}, n + 30)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 60), size=st.integers(1, 17), seed=st.integers(0, 2**16))
+def test_array_retained_chunks_read_without_copying_the_whole_set(n, size, seed):
+    """A replay reads ArrayRetained in chunks: the same chunks as a masked copy of the set cut every ``size`` kept
+    rows, as read-only views when nothing is excluded (no n x d copy per replay; 1e6 records are 256 MB at d = 32)."""
+    from app.unlearning import ArrayRetained
+
+    rng = np.random.default_rng(seed)
+    steps = np.sort(rng.choice(1000, size=n, replace=False)) + 1
+    X, y = rng.standard_normal((n, 3)), rng.standard_normal(n)
+    store = ArrayRetained(steps, X, y)
+    for exclude in ([], list(rng.choice(steps, size=min(n, 4), replace=False)) if n else [5]):
+        keep = ~np.isin(steps, exclude)
+        got = list(store.chunks(size, exclude=exclude))
+        want = [(steps[keep][a : a + size], X[keep][a : a + size], y[keep][a : a + size])
+                for a in range(0, int(keep.sum()), size)]
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            for a, b in zip(g, w):
+                assert np.array_equal(a, b)
+                if not exclude:
+                    assert not a.flags.writeable and np.shares_memory(a, store.steps if a.ndim == 1 and a.dtype
+                                                                      == np.int64 else (store.X if a.ndim == 2
+                                                                                        else store.y))
