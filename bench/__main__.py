@@ -18,7 +18,8 @@ pins the server to 2 cores; bench/fairness.py), coldstart (first-request latency
 scale_accuracy (held-out accuracy and cost per forget on a 1e5-record stream at deletion rates 1e-4, 1e-3, 1e-2,
 every family beside the exact retrain, and membership inference on the forgotten records; a full run rewrites
 the generated "Accuracy at scale" and "Membership inference after forgetting" parts of docs/accuracy.md and
-docs/membership.png; bench/scale_accuracy.py).
+docs/membership.png; bench/scale_accuracy.py), replay (exact forgets of retrain and sisa at 1e4-1e6 records, compiled
+and fallback loop, descent_to_delete learning in requests of 1 000, the retained-example read rate; bench/replay.py).
 """
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ from .common import fmt_rate, fmt_time, machine
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "fairness",
-            "accuracy", "scale_accuracy")
-DEFAULT_SECTIONS = SECTIONS[:-5]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy run when named
+            "accuracy", "scale_accuracy", "replay")
+DEFAULT_SECTIONS = SECTIONS[:-6]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy and
+# replay run when named
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
@@ -272,6 +274,10 @@ def main(argv=None) -> None:
             # a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; --quick only with --docs
             made_acc = accuracy.write_docs(res["accuracy"], a.out, ROOT / "docs" if a.docs or not a.quick else None)
             print("wrote " + ", ".join(str(p) for p in made_acc))
+        elif name == "replay":
+            from . import replay
+            res["replay"] = replay.run(a.quick)
+            print("\n".join(replay.table(res["replay"])))
         elif name == "scale_accuracy":
             from . import scale_accuracy
             res["scale_accuracy"] = scale_accuracy.run(a.quick)

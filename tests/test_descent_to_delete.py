@@ -565,3 +565,65 @@ def test_near_worst_case_family_respects_the_bounds(variant, n, Y, x_norm, pushe
         assert p.realized_epsilon <= spec.epsilon * (1 + 1e-9)
         assert p.to_optimum <= p.radius * (1 + 1e-6) + 1e-10
         assert p.ref_to_optimum <= p.certified / 2 + 1e-10  # the retrain lands within Delta/2 of theta*_i too
+
+
+# ---- one read of the store per request, held in memory (issue 32) ---------------------------------------------
+class CountingStore(ArrayRetained):
+    """A retained store that counts how often each record is read (as the service's store decrypts it)."""
+
+    def __init__(self, steps, X, y):
+        super().__init__(steps, X, y)
+        self.reads = 0
+
+    def get(self, steps):
+        self.reads += len(steps)
+        return super().get(steps)
+
+    def chunks(self, size, exclude=()):
+        for part in super().chunks(size, exclude):
+            self.reads += len(part[0])
+            yield part
+
+
+@pytest.mark.parametrize("variant", ["secret", "perfect", "regularized_weak"])
+def test_a_request_reads_the_store_once_and_every_pass_slices_memory(variant, monkeypatch):
+    """Learning and forgetting read each kept record once per request (however many rounds and gradient passes),
+    the passes reading the request's one in-memory copy (never written to); and streaming the store pass by pass
+    (a set too large to hold) computes the very same bits."""
+    from app.unlearning.families import descent_to_delete_data as data
+
+    rng = np.random.default_rng(4)
+    X, y = random_data(60, 3, rng)
+    slices = []
+    real_chunks = data.DatasetView.chunks
+
+    def spy(view, size):
+        for part in real_chunks(view, size):
+            if isinstance(view.retained, data.RequestData) and len(part[0]) and part[0][0] <= 50:
+                slices.append(np.shares_memory(part[1], view.retained.X_aug) or len(view.exclude) > 0)
+                assert not part[1].flags.writeable
+            yield part
+
+    published = []
+    for cache_floats in (data.CACHE_FLOATS, 0):
+        monkeypatch.setattr(data, "CACHE_FLOATS", cache_floats)
+        monkeypatch.setattr(data.DatasetView, "chunks", spy)
+        spec = make_spec(variant, loss="logistic", x_norm=1.0, y_abs=1.0, radius=3.0, l2=0.2, dim=3,
+                         **({} if variant == "perfect" else {"iterations": 3}))
+        eng = DescentToDelete(spec, SeededNoise(0))
+        eng.sampler = np.random.default_rng(1)
+        steps = eng.learn(X[:50], y[:50], None)
+        store = CountingStore(steps, X[:50], y[:50])
+        steps2 = eng.learn(X[50:], y[50:], store)  # 10 add rounds, each several passes over the 50 kept
+        if cache_floats:
+            assert store.reads == 50
+        store = CountingStore(np.concatenate([steps, steps2]), X, y)
+        eng.forget([3, 25, 55], store)  # 3 delete rounds
+        if cache_floats:
+            assert store.reads == 60  # one pass over the store (the request checks its steps in memory)
+            assert slices and all(slices)
+        published.append((eng.published(), eng.state()))
+        monkeypatch.undo()
+    assert np.array_equal(published[0][0], published[1][0])
+    for k, v in published[0][1].items():
+        assert np.array_equal(np.asarray(v), np.asarray(published[1][1][k])), k

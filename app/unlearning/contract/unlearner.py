@@ -59,10 +59,19 @@ class ArrayRetained:
         return self.X[idx], self.y[idx]
 
     def chunks(self, size: int, exclude: Collection[int] = ()) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Read-only views when nothing is excluded, else each chunk's rows gathered on its own (no n x d copy of
+        the whole set per call: a replay over 1e6 records reads them once)."""
         keep = ~np.isin(self.steps, np.fromiter(exclude, dtype=np.int64, count=len(exclude)))
-        s, X, y = self.steps[keep], self.X[keep], self.y[keep]
-        for start in range(0, len(s), size):
-            yield s[start : start + size], X[start : start + size], y[start : start + size]
+        idx = None if keep.all() else np.flatnonzero(keep)
+        for start in range(0, len(self.steps) if idx is None else len(idx), size):
+            if idx is None:
+                part = self.steps[start : start + size], self.X[start : start + size], self.y[start : start + size]
+                for a in part:
+                    a.flags.writeable = False  # a view of the store: readers never change what they read
+            else:
+                j = idx[start : start + size]
+                part = self.steps[j], self.X[j], self.y[j]
+            yield part
 
 
 State = dict[str, "np.ndarray | int | float"]

@@ -16,21 +16,54 @@ from ..maths.losses import augment
 CACHE_FLOATS = 16_000_000
 
 
+class RequestData(ArrayRetained):
+    """The kept records of one request, read (unwrapped and decrypted) from the store once and held in process
+    memory only, as the augmented rows (x, 1) every gradient pass reads: a pass slices them instead of copying and
+    augmenting n rows again (issue 32).  Never written anywhere; dropped with the request."""
+
+    def __init__(self, steps: np.ndarray, X_aug: np.ndarray, y: np.ndarray):
+        self.steps, self.X_aug, self.y = steps, X_aug, y
+        for a in (self.steps, self.X_aug, self.y):
+            a.setflags(write=False)  # shared by every round and pass of the request
+
+    @property
+    def X(self) -> np.ndarray:  # ArrayRetained's raw rows (get, chunks): a view
+        return self.X_aug[:, :-1]
+
+    def augmented(self, exclude: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(steps, X_aug, y) of the records not in ``exclude``, in step order (no copy when nothing is excluded)."""
+        if not len(exclude):
+            return self.steps, self.X_aug, self.y
+        keep = ~np.isin(self.steps, np.asarray(exclude, dtype=np.int64))
+        out = self.steps[keep], self.X_aug[keep], self.y[keep]
+        for a in out:
+            a.setflags(write=False)  # read by every pass of the round
+        return out
+
+
 def cached(retained: RetainedData | None, dim: int) -> RetainedData | None:
     """The kept records of one request, in memory when they fit CACHE_FLOATS (one read of the store)."""
-    if retained is None or isinstance(retained, ArrayRetained) or len(retained) * (dim + 1) > CACHE_FLOATS:
+    if retained is None or isinstance(retained, RequestData) or len(retained) * (dim + 2) > CACHE_FLOATS:
         return retained
-    parts = list(retained.chunks(4096))
-    if not parts:
-        return ArrayRetained(np.zeros(0, np.int64), np.zeros((0, dim)), np.zeros(0))
-    return ArrayRetained(np.concatenate([s for s, _, _ in parts]), np.vstack([X for _, X, _ in parts]),
-                         np.concatenate([y for _, _, y in parts]))
+    n = len(retained)
+    steps, X_aug, y = np.empty(n, np.int64), np.ones((n, dim + 1)), np.empty(n)
+    k = 0
+    for s, X, v in retained.chunks(4096):
+        m = len(s)
+        if k + m > n:
+            raise ValueError("the retained store changed while it was read")
+        steps[k : k + m], X_aug[k : k + m, :dim], y[k : k + m] = s, X, v
+        k += m
+    if k != n:
+        raise ValueError("the retained store changed while it was read")
+    return RequestData(steps, X_aug, y)
 
 
 class DatasetView:
     """The dataset D_i of one round: the retained store minus ``exclude`` plus ``extra`` new examples.
 
-    Streams augmented chunks; never materialises the retained set.
+    Streams augmented chunks; never materialises the retained set (over a ``RequestData`` it slices the request's
+    rows, minus ``exclude`` copied once per view rather than once per pass).
     """
 
     def __init__(self, retained: RetainedData | None, exclude: Sequence[int] = (), extra_steps: Any = None,
@@ -40,6 +73,7 @@ class DatasetView:
         self.extra_steps = np.zeros(0, np.int64) if extra_steps is None else np.asarray(extra_steps, np.int64)
         self.extra_X = None if extra_X is None else np.asarray(extra_X, np.float64)
         self.extra_y = None if extra_y is None else np.asarray(extra_y, np.float64)
+        self._kept: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # RequestData minus exclude
 
     @property
     def n(self) -> int:
@@ -47,7 +81,13 @@ class DatasetView:
         return base + len(self.extra_steps)
 
     def chunks(self, size: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        if self.retained is not None:
+        if isinstance(self.retained, RequestData):
+            if self._kept is None:
+                self._kept = self.retained.augmented(self.exclude)
+            s, Xa, y = self._kept
+            for start in range(0, len(s), size):
+                yield s[start : start + size], Xa[start : start + size], y[start : start + size]
+        elif self.retained is not None:
             for s, X, y in self.retained.chunks(size, exclude=self.exclude):
                 yield s, augment(X), y
         for start in range(0, len(self.extra_steps), size):

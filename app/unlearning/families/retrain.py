@@ -21,6 +21,7 @@ from ..maths import work_budget as wb
 from ..maths.domain import project_l2_ball
 from ..maths.losses import Loss, augment
 from ..maths.schedules import CappedStronglyConvex, Schedule
+from ..mechanism import fast
 from ..mechanism.calibration import Checks, common_checks, construct, update_norm_bound
 from ..mechanism.noise import NoiseSource
 
@@ -28,10 +29,18 @@ SCHEDULES = ("strongly_convex_capped",)
 CHUNK_SIZE = 4096
 
 
-def ogd_steps(loss: Loss, schedule: Schedule, radius: float, theta: np.ndarray, X_aug: np.ndarray, y: np.ndarray,
-              steps: Sequence[int]) -> np.ndarray:
-    """Projected OGD: example k is consumed at clock ``steps[k]`` with eta_{steps[k]} (000 §2.3)."""
-    for s, x_aug, label in zip(steps, X_aug, y):
+def ogd_run(loss: Loss, schedule: Schedule, radius: float, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+            steps: Sequence[int]) -> np.ndarray:
+    """Projected OGD over the raw rows X: example k is consumed at clock ``steps[k]`` with eta_{steps[k]} (000
+    §2.3); returns the new iterate (``theta`` is not changed).
+
+    Learning and every replay of the exact families go through here, so a forget's recomputation does the very
+    operations the learning did: for the scalar losses the exact loop of mechanism/exact_ogd.py, compiled once
+    numba has loaded it and in numpy before (or without numba), the same bits either way (issue 32); softmax
+    (and test losses) take the numpy loop over ``Loss.grad`` below, also in learning and replay alike."""
+    if fast.exact_supported(schedule, loss):
+        return fast.exact_ogd_at(theta, X, y, np.asarray(steps, dtype=np.int64), schedule, loss, radius)
+    for s, x_aug, label in zip(steps, augment(np.asarray(X, dtype=np.float64)), y):
         theta = project_l2_ball(theta - schedule.eta(int(s)) * loss.grad(theta, x_aug, label), radius)
     return theta
 
@@ -48,8 +57,8 @@ def ogd_recompute(loss: Loss, schedule: Schedule, radius: float, dim: int, retai
             keep = steps <= upto
             steps, X, y = steps[keep], X[keep], y[keep]
         if len(steps):
-            theta = ogd_steps(loss, schedule, radius, theta, augment(np.asarray(X, dtype=np.float64)),
-                              np.asarray(y, dtype=np.float64), steps)
+            theta = ogd_run(loss, schedule, radius, theta, np.asarray(X, dtype=np.float64),
+                            np.asarray(y, dtype=np.float64), steps)
     return theta
 
 
@@ -60,8 +69,8 @@ class OGDIterate:
     def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)
         steps = np.arange(self.t + 1, self.t + 1 + len(X), dtype=np.int64)
-        self.theta = ogd_steps(self.loss, self.schedule, self.spec.domain_radius, self.theta, augment(X),
-                               np.asarray(y, dtype=np.float64), steps)
+        self.theta = ogd_run(self.loss, self.schedule, self.spec.domain_radius, self.theta, X,
+                             np.asarray(y, dtype=np.float64), steps)
         self.t += len(X)
         return steps
 

@@ -33,9 +33,9 @@ from ..contract.errors import SpecError
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData
 from ..maths import work_budget as wb
-from ..maths.losses import Loss, augment
+from ..maths.losses import Loss
 from ..mechanism.noise import NoiseSource
-from .retrain import CHUNK_SIZE, ExactOGD, check_forget_steps, ogd_steps
+from .retrain import CHUNK_SIZE, ExactOGD, check_forget_steps, ogd_run
 
 # Defaults measured with ``python -m bench --sections scale_accuracy`` (docs/accuracy.md, "SISA defaults").
 DEFAULT_SHARDS = 8
@@ -166,13 +166,12 @@ class SISA(ExactOGD):
         for boundary in range((start // L + 1) * L, upto + 1, L):
             end = int(np.searchsorted(positions, boundary, side="right"))
             if end > k:
-                theta = ogd_steps(self.loss, self.schedule, self.spec.domain_radius, theta, augment(X[k:end]),
-                                  y[k:end], positions[k:end])
+                theta = ogd_run(self.loss, self.schedule, self.spec.domain_radius, theta, X[k:end], y[k:end],
+                                positions[k:end])
             k = end
             cks.append(theta.copy())
         if k < len(positions):
-            theta = ogd_steps(self.loss, self.schedule, self.spec.domain_radius, theta, augment(X[k:]), y[k:],
-                              positions[k:])
+            theta = ogd_run(self.loss, self.schedule, self.spec.domain_radius, theta, X[k:], y[k:], positions[k:])
         return theta
 
     def _replay_shard(self, shard: int, from_slice: int, retained: RetainedData, exclude: np.ndarray) -> int:

@@ -17,6 +17,10 @@ Results agree with the numpy loop to round-off (the dot products are summed in a
 ``tests/test_fast_path.py`` checks <= 1e-12 on random streams.  Without numba (or with ``OLU_NUMBA=0`` in the
 environment) ``available()`` is False and the numpy loop runs; nothing else changes.
 
+The exact families (retrain, sisa) need more than round-off agreement: a forget's replay must do the very
+operations the learning did.  ``exact_ogd_at`` runs their loop (exact_ogd.py): the compiled kernel once loaded,
+else a fallback with the same bits, so the cold start below cannot break an exact forget (issue 32).
+
 No request waits for the compiler (issue 23): until the kernels are loaded (``ready()``), ``supported`` is False
 and ``grid_noise_step`` takes numpy, and the compilation runs in a background thread (``warm_up_async``, started
 by the service at start-up or by the first caller).  With numba's cache filled (``olu warm``; the image does it at
@@ -33,6 +37,7 @@ import numpy as np
 from ..maths.domain import project_l2_ball
 from ..maths.losses import Loss
 from ..maths.schedules import CappedStronglyConvex, ConstantStep, Schedule, StronglyConvex
+from . import exact_ogd
 from .warmup import BackgroundCompile
 
 LOSS_CODES = {"logistic": 0, "squared": 1, "huber": 2}
@@ -115,11 +120,12 @@ def _py_noise_step(theta, k, grid, radius, out):
 
 
 _noise_kernel = None
+_exact_kernel = None
 _NOISE_SIGNATURE = "void(float64[::1], int64[::1], float64, float64, float64[::1])"
 
 
 def _compile():
-    global _kernel, _noise_kernel
+    global _kernel, _noise_kernel, _exact_kernel
     if _kernel is None:
         try:
             kernel = numba.njit(cache=True, nogil=True)(_py_ogd_steps)
@@ -127,10 +133,13 @@ def _compile():
             # one explicit signature: compiled here, never lazily on a forget; other argument types raise TypeError
             # and take the numpy path (grid_noise_step)
             noise_kernel = numba.njit(_NOISE_SIGNATURE, cache=True, nogil=True)(_py_noise_step)
+            exact_kernel = numba.njit(exact_ogd.SIGNATURE, cache=True, nogil=True)(exact_ogd._py_ogd_at)
         except Exception:  # pragma: no cover - e.g. no writable cache directory: compile without caching
             kernel = numba.njit(nogil=True)(_py_ogd_steps)
             noise_kernel = numba.njit(_NOISE_SIGNATURE, nogil=True)(_py_noise_step)
+            exact_kernel = numba.njit(exact_ogd.SIGNATURE, nogil=True)(exact_ogd._py_ogd_at)
         _noise_kernel = noise_kernel
+        _exact_kernel = exact_kernel
         _kernel = kernel
     return _kernel
 
@@ -213,6 +222,30 @@ def ogd_steps(theta: np.ndarray, X: np.ndarray, y: np.ndarray, clock0: int, sche
     return float(kernel(theta, np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(y, dtype=np.float64),
                         int(clock0), float(cap), int(t_switch), float(mu_sched), LOSS_CODES[loss.name],
                         float(loss.mu), float(loss.huber_delta), float(radius)))
+
+
+def exact_supported(schedule: Schedule, loss) -> bool:
+    """Whether ``exact_ogd_at`` takes this loss and schedule (the library's scalar losses, a schedule of the clock
+    alone), compiled or not: a public property of the spec, never of the warm-up."""
+    return type(loss) is Loss and loss.name in LOSS_CODES and schedule_params(schedule) is not None
+
+
+def exact_ogd_at(theta: np.ndarray, X: np.ndarray, y: np.ndarray, steps: np.ndarray, schedule: Schedule, loss,
+                 radius: float) -> np.ndarray:
+    """Projected OGD from ``theta`` (not changed) over the raw rows X, example i at clock steps[i]; the new
+    iterate.  The compiled kernel once loaded, else the numpy loop: the same bits either way (exact_ogd.py).
+    Callers check ``exact_supported`` first."""
+    cap, t_switch, mu_sched = schedule_params(schedule)
+    out = np.array(theta, dtype=np.float64, order="C")  # a copy: the loops run in place
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    args = (out, X, np.ascontiguousarray(y, dtype=np.float64), np.ascontiguousarray(steps, dtype=np.int64),
+            float(cap), int(t_switch), float(mu_sched), LOSS_CODES[loss.name], float(loss.mu),
+            float(loss.huber_delta), float(radius))
+    if X.shape[1] + 1 != out.shape[0] or len(args[2]) != len(X) or len(args[3]) != len(X):
+        raise ValueError("theta, X, y and steps do not match")  # the kernel does not check bounds
+    kernel = _exact_kernel if enabled and ready() else None  # ready(): set once the compilation has ended
+    (kernel or exact_ogd.fallback_ogd_at)(*args)
+    return out
 
 
 def grid_noise_step(theta: np.ndarray, k: np.ndarray, grid: float, radius: float | None) -> np.ndarray:

@@ -1,8 +1,8 @@
 """The compiled kernels' warm-up: one background compilation per process (issue 23: no request waits for it).
 
-Both kernel modules (fast.py: the OGD loop and grid noise step; fast_dgauss.py: the discrete Gaussian sampler)
-start their compilation through a ``BackgroundCompile``; until it has loaded the kernels their callers take the
-numpy / pure path.
+Both kernel modules (fast.py: the OGD loops -- the passive one and the exact families' of exact_ogd.py -- and
+the grid noise step; fast_dgauss.py: the discrete Gaussian sampler) start their compilation through a
+``BackgroundCompile``; until it has loaded the kernels their callers take the numpy / pure path.
 """
 from __future__ import annotations
 
