@@ -130,6 +130,13 @@ def install(app: FastAPI) -> None:
                         type(exc.orig).__name__)
             return problem_response(503, "database-busy", "The database was busy; nothing was changed. Retry.",
                                     headers={"Retry-After": "1"}, instance=request.url.path)
+        if is_unavailable(exc):  # the server went away or refuses connections: the request did not complete
+            log.warning("database unavailable on %s %s: %s", request.method, request.url.path,
+                        type(exc.orig).__name__)
+            return problem_response(503, "database-unavailable",
+                                    "The database could not be reached. Retry later; a write retried with the same "
+                                    "Idempotency-Key is applied at most once.",
+                                    headers={"Retry-After": "2"}, instance=request.url.path)
         log.error("database error on %s %s", request.method, request.url.path, exc_info=exc)
         return problem_response(500, "internal-error", "The request failed; nothing was changed.",
                                 instance=request.url.path)
@@ -150,6 +157,24 @@ def is_transient(exc: DBAPIError) -> bool:
         return True
     text = str(orig).lower()
     return "database is locked" in text or "database is busy" in text
+
+
+# SQLSTATE class 08 (connection exception) and the server shutting down or starting (57P01-57P03)
+UNAVAILABLE_SQLSTATES = {"57P01", "57P02", "57P03"}
+
+
+def is_unavailable(exc: DBAPIError) -> bool:
+    """The database server cannot be reached (stopped, restarting, connection lost): a 503, not a 500."""
+    if exc.connection_invalidated:
+        return True
+    state = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    if state is not None:
+        return state.startswith("08") or state in UNAVAILABLE_SQLSTATES
+    # a connection that could not be made has no SQLSTATE (psycopg: "connection failed", "server closed")
+    text = str(getattr(exc, "orig", exc)).lower()
+    return any(s in text for s in ("connection failed", "connection refused", "server closed the connection",
+                                   "connection is closed", "could not connect", "terminating connection",
+                                   "the database system is"))
 
 
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
