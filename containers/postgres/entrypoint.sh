@@ -17,7 +17,7 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   rm -f "$pwfile"
   echo "listen_addresses = '*'" >> "$PGDATA/postgresql.conf"
   echo "host all all all scram-sha-256" >> "$PGDATA/pg_hba.conf"
-  if [ "$POSTGRES_DB" != "$POSTGRES_USER" ] && [ "$POSTGRES_DB" != postgres ]; then
+  if [ "$POSTGRES_DB" != postgres ]; then
     pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start >/dev/null
     createdb -U "$POSTGRES_USER" "$POSTGRES_DB"
     pg_ctl -D "$PGDATA" -m fast -w stop >/dev/null
