@@ -46,7 +46,9 @@ def _problem() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_problem() is not None, reason=str(_problem()))
+# one pytest-xdist worker runs every container test (--dist loadgroup): they share the builds and podman's store
+_PROBLEM = _problem()
+pytestmark = [pytest.mark.xdist_group("containers"), pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))]
 
 
 def build_standins() -> None:

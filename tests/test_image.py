@@ -26,7 +26,9 @@ from . import containers
 from .conftest import free_port
 from .helpers import all_receipts, create_model, examples, unit_rows, verify_receipt
 
-pytestmark = pytest.mark.skipif(containers.problem() is not None, reason=str(containers.problem()))
+# one pytest-xdist worker runs every container test (--dist loadgroup): they share the builds and podman's store
+_PROBLEM = containers.problem()
+pytestmark = [pytest.mark.xdist_group("containers"), pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))]
 
 
 def _wait_ready(url: str, name: str, timeout: float = 120) -> httpx.Response:
