@@ -1,6 +1,7 @@
 """Settings from the environment (prefix ``OLU_``).  Only ``create_app`` reads them."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
@@ -9,6 +10,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OLU_", extra="ignore")
+
+    def __init__(self, **values):
+        # OLU_SECRETS_DIR: a directory of files named after the variables (OLU_ADMIN_TOKEN, OLU_ENCRYPTION_KEY, ...,
+        # any case), as container secrets are mounted (/run/secrets): a secret there never shows in the process's
+        # environment nor in `docker inspect`.  The environment wins where both give one.
+        values.setdefault("_secrets_dir", os.environ.get("OLU_SECRETS_DIR") or None)
+        super().__init__(**values)
 
     data_dir: Path = Field(Path("./var"), description="Database (SQLite default) and signing keys live here.")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///<data_dir>/olu.db")

@@ -70,7 +70,13 @@ def test_compose_static_rules():
     assert interpolate(services["api"]["deploy"]["replicas"], {"OLU_REPLICAS": "7"}) == "7"
     # liveness healthcheck on /healthz; the proxy's routing on /readyz with retries on the next replica
     assert "/healthz" in " ".join(services["api"]["healthcheck"]["test"])
-    conf = compose["configs"]["nginx_conf"]["content"]
+    # the proxy writes its configuration at start, with the resolver of its network from /etc/resolv.conf (docker's
+    # 127.0.0.11 or podman's gateway), in a form nginx 1.22 (Debian's, the stand-in) reads as 1.27 does
+    script = services["proxy"]["command"][-1]
+    assert services["proxy"]["command"][:2] == ["sh", "-c"] and "/etc/resolv.conf" in script
+    conf = script[script.index("<<'CONF'\n") + 8:script.index("\nCONF\n")]
+    assert "resolver @RESOLVER@" in conf and "127.0.0.11" not in conf and " resolve " not in conf
+    assert "configs" not in compose  # podman-compose ignores the section: nothing may depend on it
     assert "location = /readyz" in conf and "/readyz" in " ".join(services["proxy"]["healthcheck"]["test"])
     directives = [line.split("#")[0] for line in conf.splitlines()]
     # next replica on errors and 502/503 for idempotent requests only: nginx never re-sends a POST it has sent
