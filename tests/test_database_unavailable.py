@@ -1,14 +1,15 @@
 """A database that cannot be reached is a 503 with Retry-After, not a 500 (found by the compose fault test, issue
 31 item 4: with the PostgreSQL container killed, in-flight and following requests answered 500 internal-error).
-A real server on a PostgreSQL database whose connections are all terminated, and then one pointed at a port where
-nothing listens; the classification itself on the errors psycopg raises."""
+The service's problem handlers on the errors psycopg and SQLAlchemy raise when the server is gone: connection
+refused or closed, a connection invalidated mid-transaction, no pooled connection in time."""
 from __future__ import annotations
 
 import psycopg
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy.exc import OperationalError, IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError, PendingRollbackError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from app.api import problems
 
@@ -48,3 +49,10 @@ def test_other_database_errors_stay_500():
     exc = IntegrityError("INSERT", {}, Exception("UNIQUE constraint failed: models.id"))
     r = TestClient(_app(exc), raise_server_exceptions=False).get("/boom")
     assert r.status_code == 500 and r.json()["type"].endswith("internal-error")
+
+
+@pytest.mark.parametrize("exc", [PendingRollbackError("connection invalidated mid-transaction"),
+                                 PoolTimeout("QueuePool limit reached")])
+def test_lost_or_no_connection_is_503(exc):
+    r = TestClient(_app(exc), raise_server_exceptions=False).get("/boom")
+    assert r.status_code == 503 and r.json()["type"].endswith("database-unavailable"), r.text

@@ -7,7 +7,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, PendingRollbackError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import Problem
@@ -59,6 +60,7 @@ TITLES = {
     "internal-error": "Internal server error",
     "not-ready": "Service not ready",
     "database-busy": "Database busy",
+    "database-unavailable": "Database unavailable",
     "write-conflict": "The model changed while the request was computed",
     "request-deadline-exceeded": "The request's computation overran its deadline",
     "rate-limited": "Too many requests",
@@ -123,6 +125,13 @@ def install(app: FastAPI) -> None:
         return problem_response(exc.status_code, slug, str(exc.detail) if exc.detail else None,
                                 headers=headers, instance=request.url.path)
 
+    @app.exception_handler(PendingRollbackError)
+    @app.exception_handler(PoolTimeout)
+    async def _no_connection(request: Request, exc: Exception):
+        # a connection that died mid-transaction, or no pooled connection in time (the server is gone or restarting)
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        return _unavailable(request)
+
     @app.exception_handler(DBAPIError)
     async def _database(request: Request, exc: DBAPIError):
         if is_transient(exc):  # deadlock, serialization failure, lock timeout: rolled back, safe to retry
@@ -133,10 +142,7 @@ def install(app: FastAPI) -> None:
         if is_unavailable(exc):  # the server went away or refuses connections: the request did not complete
             log.warning("database unavailable on %s %s: %s", request.method, request.url.path,
                         type(exc.orig).__name__)
-            return problem_response(503, "database-unavailable",
-                                    "The database could not be reached. Retry later; a write retried with the same "
-                                    "Idempotency-Key is applied at most once.",
-                                    headers={"Retry-After": "2"}, instance=request.url.path)
+            return _unavailable(request)
         log.error("database error on %s %s", request.method, request.url.path, exc_info=exc)
         return problem_response(500, "internal-error", "The request failed; nothing was changed.",
                                 instance=request.url.path)
@@ -157,6 +163,13 @@ def is_transient(exc: DBAPIError) -> bool:
         return True
     text = str(orig).lower()
     return "database is locked" in text or "database is busy" in text
+
+
+def _unavailable(request: Request):
+    return problem_response(503, "database-unavailable",
+                            "The database could not be reached. Retry later; a write retried with the same "
+                            "Idempotency-Key is applied at most once.",
+                            headers={"Retry-After": "2"}, instance=request.url.path)
 
 
 # SQLSTATE class 08 (connection exception) and the server shutting down or starting (57P01-57P03)
@@ -222,7 +235,8 @@ def document_problems(app: FastAPI) -> None:
     FastAPI documents its own 422 body (HTTPValidationError, application/json) for every operation with
     parameters, but every error here is an RFC 9457 problem (application/problem+json).  Also documents the
     answers of the middleware: 400/413 for unreadable or oversized bodies, 429 (rate limit, with Retry-After),
-    and 503 database-busy (a transient database conflict; retry).
+    and 503 database-busy (a transient database conflict; retry) or database-unavailable (the database cannot be
+    reached; retry).
     """
     original = app.openapi
 
