@@ -46,7 +46,9 @@ class _Servers:
     def __init__(self, database_url: str, n: int, cores: list[int], workers: bool, data_dir: Path):
         self.admin = "scale-admin-" + secrets.token_hex(16)
         env = {**os.environ, "OLU_DATABASE_URL": database_url, "OLU_DATA_DIR": str(data_dir),
-               "OLU_ADMIN_TOKEN": self.admin, "OLU_RATE_LIMIT": "0", "OPENBLAS_NUM_THREADS": "1"}
+               "OLU_ADMIN_TOKEN": self.admin, "OLU_RATE_LIMIT": "0", "OPENBLAS_NUM_THREADS": "1",
+               # one tenant's clients measure the replicas' throughput: the per-tenant fair-share limits are off
+               "OLU_TENANT_RATE_LIMIT": "0", "OLU_TENANT_MAX_IN_FLIGHT": "0", "OLU_TENANT_COMPUTE_SHARE": "0"}
         env.setdefault("OLU_SIGNING_KEY", _seed())
         self.procs, self.urls = [], []
         for i in range(1 if workers else n):

@@ -40,6 +40,9 @@ ENDPOINTS = [
     ("POST", "/v1/tenants", {"name": "intruder"}, "admin"),
     ("POST", "/v1/tenants/{tenant_id}/keys", {"scopes": ["write"]}, "admin"),
     ("DELETE", "/v1/tenants/{tenant_id}/keys/{key_id}", None, "admin"),
+    ("GET", "/v1/tenant", None, None),
+    ("GET", "/v1/tenants/{tenant_id}", None, "admin"),
+    ("PUT", "/v1/tenants/{tenant_id}/quotas", {"models": 1000}, "admin"),
     ("DELETE", "/v1/tenants/{tenant_id}", None, "admin"),
 ]
 OTHER_SCOPE = {"write": "predict", "predict": "audit", "audit": "write"}

@@ -343,6 +343,8 @@ SMALL_CAPACITY = {
     "online_dp_tree": {"horizon": 1000, "max_deletions": 1},
 }
 FAMILIES = sorted(set(ALGORITHMS) | {"memory_pair_client"})
+# families that do not serve create_model's logistic loss (exact_ridge: least squares only)
+LOSS = {"exact_ridge": {"loss": "squared", "bounds": {"x_norm": 1.0, "y_abs": 1.0}}}
 
 
 def _forget_following_advice(c, mid: str, ex: list[dict], client_mode: bool, followed: list[str]) -> dict:
@@ -370,10 +372,11 @@ def test_every_family_forgets_every_record_following_any_advice(tenant, family, 
     monkeypatch.setattr(DescentToDelete, "max_iterations", 20_000, raising=False)
     _, c = tenant
     algorithm = family.removesuffix("_client")
-    client_mode = family.endswith("_client")
     model = create_model(c, dim=3, algorithm=algorithm, l2=0.05, domain_radius=10.0,
-                         hyperparameters=SMALL_CAPACITY.get(family, {}))
+                         hyperparameters=SMALL_CAPACITY.get(family, {}), **LOSS.get(algorithm, {}))
     mid = model["id"]
+    # records are resent where the model as served says so (memory_pair_client; exact_ridge by default)
+    client_mode = model["hyperparameters"].get("deletion_features") == "client"
     X = unit_rows(6, 3, seed=3)
     ex = examples(X)
     # one record, forgotten: the model's last record (descent_to_delete answered 409 retrain-required forever)

@@ -42,7 +42,14 @@ VARIANTS = {
     "second_order_olu": [{}, {"solver": "cg"}],
     "online_dp_tree": [{"horizon": 1000, "max_deletions": 3}, {"horizon": 1000, "max_deletions": 3,
                                                                "group_privacy": "gaussian_group"}],
+    "exact_ridge": [{}, {"deletion_features": "retained"}],
 }
+# the loss a family is created with where it does not serve BASE's (exact_ridge: least squares only)
+LOSS = {"exact_ridge": "squared"}
+
+
+def _base(algorithm: str) -> dict:
+    return {**BASE, "loss": LOSS.get(algorithm, BASE["loss"]), "algorithm": algorithm}
 # keys a family takes but does not fill in (so they are not in the answer's hyperparameters)
 EXTRA_KEYS = {"online_dp_tree": ("lambda",), "descent_to_delete": ("regularization", "beta"),
               "passive_olu": ("eta", "p0", "omega", "c"), "active_olu": ("omega",), "second_order_olu": ("omega",),
@@ -71,7 +78,7 @@ def _served(client, algorithm: str, i: int) -> dict:
     """The hyperparameters the service fills in for the served variant i of the family (created once)."""
     key = (algorithm, i)
     if key not in _FILLED:
-        r = client.post("/v1/models", json={**BASE, "algorithm": algorithm, "hyperparameters": VARIANTS[algorithm][i]})
+        r = client.post("/v1/models", json={**_base(algorithm), "hyperparameters": VARIANTS[algorithm][i]})
         assert r.status_code == 201, r.text
         _FILLED[key] = r.json()["hyperparameters"]
     return _FILLED[key]
@@ -100,7 +107,7 @@ def test_extreme_numbers_in_any_field_are_201_or_a_422_naming_a_field(client, al
     path = data.draw(st.sampled_from(sorted(set(numeric)) + list(SPEC_FIELDS)), label="field")
     value = data.draw(st.one_of(st.sampled_from(FLOATS), st.sampled_from(INTS)), label="value")
     # the variant as the client gave it (the filled-in limits are varied one at a time, the rest left to defaults)
-    body = {**BASE, "algorithm": algorithm, "hyperparameters": dict(VARIANTS[algorithm][i])}
+    body = {**_base(algorithm), "hyperparameters": dict(VARIANTS[algorithm][i])}
     if path.startswith("hyperparameters.") and path.split(".", 1)[1] not in body["hyperparameters"]:
         body["hyperparameters"][path.split(".", 1)[1]] = filled.get(path.split(".", 1)[1])
     body = _set(body, path, value)

@@ -122,7 +122,7 @@ from ..maths.losses import augment
 from ..mechanism import release
 from ..mechanism.calibration import Checks, common_checks, construct
 from ..mechanism.fast_dgauss import route as fast_dgauss_route, sigma_for_fast_path
-from ..mechanism.noise import NoiseSource
+from ..mechanism.noise import NoiseSource, SecureGaussianNoise
 from .dp_tree_aggregation import TreeAggregator, cks20_epsilon_from_order, group_factor, levels_for
 from .passive_calibration import _number, _positive_int
 
@@ -239,7 +239,7 @@ class OnlineDPTree(Unlearner):
         dim 50 000, x_norm 9.25, epsilon 0.0874, horizon 10^6, 10 deletions has sigma'/g = 2.2e9, and the estimate
         that counted the kernel was 100x short)."""
         p, levels = spec.n_params, levels_for(int(spec.hyperparameters["horizon"]))
-        sigma_grid = cls(spec).sigma_grid
+        sigma_grid = cls(spec, SecureGaussianNoise()).sigma_grid  # public constants only: it never draws
         route = fast_dgauss_route(sigma_grid)
         per = wb.STEP + p * (wb.draw(route) + (2.0 * levels + 12.0) * wb.FLOP)
         hint = "" if route == "kernel" else (
