@@ -83,6 +83,19 @@ def fallback_ogd_at(theta, X, y, steps, cap, t_switch, mu_sched, loss_code, mu, 
     f(theta, X, y, steps, cap, t_switch, mu_sched, loss_code, mu, huber_delta, radius)
 
 
+def _residual(s: float, yi: float, loss_code: int, huber_delta: float) -> float:
+    """The loss derivative at score s for the two fallbacks, in the kernel's operations and order (Python floats)."""
+    if loss_code == 0:
+        return 0.5 * (1.0 + math.tanh(0.5 * s)) - yi
+    r = s - yi
+    if loss_code == 2:
+        if r > huber_delta:
+            r = huber_delta
+        elif r < -huber_delta:
+            r = -huber_delta
+    return r
+
+
 def _list_ogd_at(theta, X, y, steps, cap, t_switch, mu_sched, loss_code, mu, huber_delta, radius):
     """The loop on Python floats (IEEE doubles, each operation rounded as the kernel rounds it)."""
     d = X.shape[1]
@@ -93,15 +106,7 @@ def _list_ogd_at(theta, X, y, steps, cap, t_switch, mu_sched, loss_code, mu, hub
         s = th[d]
         for j in cols:
             s += xi[j] * th[j]
-        if loss_code == 0:
-            r = 0.5 * (1.0 + math.tanh(0.5 * s)) - yi
-        else:
-            r = s - yi
-            if loss_code == 2:
-                if r > huber_delta:
-                    r = huber_delta
-                elif r < -huber_delta:
-                    r = -huber_delta
+        r = _residual(s, yi, loss_code, huber_delta)
         xi.append(1.0)
         th = [tj - eta * (r * xj + mu * tj) for tj, xj in zip(th, xi)]
         sq = 0.0
@@ -130,15 +135,7 @@ def _numpy_ogd_at(theta, X, y, steps, cap, t_switch, mu_sched, loss_code, mu, hu
         np.cumsum(buf, out=acc)  # s = ((theta_d + x_0 theta_0) + x_1 theta_1) + ...
         s = float(acc[d])
         yi = float(y[i])
-        if loss_code == 0:
-            r = 0.5 * (1.0 + math.tanh(0.5 * s)) - yi
-        else:
-            r = s - yi
-            if loss_code == 2:
-                if r > huber_delta:
-                    r = huber_delta
-                elif r < -huber_delta:
-                    r = -huber_delta
+        r = _residual(s, yi, loss_code, huber_delta)
         xa[:d] = xi
         np.multiply(xa, r, out=g)      # r x_j (x_d = 1)
         np.multiply(th, mu, out=w)     # mu theta_j
