@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 _NO_DETAILS = object()
 
@@ -32,3 +32,15 @@ class Certificate:
         d["sensitivity"] = sensitivity
         d["rho"] = rho
         d["details"] = {} if details is _NO_DETAILS else details
+
+
+def exact_retrain_certificates(steps: Sequence[int], forgotten_step: int, deletions_before: int,
+                               details: Mapping[str, float]) -> list[Certificate]:
+    """One exact certificate (sigma = sensitivity = rho = 0) per forgotten step after a retrain without them: the
+    new state is the comparator itself.  The first carries ``restart`` (a new ledger epoch), every one ``retrain``,
+    and deletion indices continue from ``deletions_before``."""
+    return [Certificate(learned_step=u, forgotten_step=forgotten_step, deletion_index=deletions_before + j + 1,
+                        mechanism="exact", sigma=0.0, sensitivity=0.0, rho=0.0,
+                        details={"restart": 1.0 if j == 0 else 0.0, "retrain": 1.0, **details})
+            for j, u in enumerate(steps)]
+

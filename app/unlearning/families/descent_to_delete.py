@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ..contract.certificate import Certificate
+from ..contract.certificate import Certificate, exact_retrain_certificates
 from ..contract.errors import ForgetError
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData
@@ -420,15 +420,10 @@ class DescentToDelete(DescentToDeleteVariants):
         last record left a one-record epoch whose forget refused again, forever."""
         tau = self.t
         self._full_train(DatasetView(retained, steps))
-        certs = []
-        for j, u in enumerate(steps):
-            self.n_deletions += 1
-            certs.append(Certificate(
-                learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism="exact",
-                sigma=0.0, sensitivity=0.0, rho=0.0,
-                details={"restart": 1.0 if j == 0 else 0.0, "retrain": 1.0, "epoch": float(self.epoch),
-                         "n_epoch": float(self.n_epoch), "n_after": float(self.n_current),
-                         "variant_" + self.variant: 1.0}))
+        certs = exact_retrain_certificates(steps, tau, self.n_deletions, {
+            "epoch": float(self.epoch), "n_epoch": float(self.n_epoch), "n_after": float(self.n_current),
+            "variant_" + self.variant: 1.0})
+        self.n_deletions += len(certs)
         return certs
 
     def retrain(self, retained: RetainedData) -> None:

@@ -57,7 +57,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..contract.certificate import Certificate
+from ..contract.certificate import Certificate, exact_retrain_certificates
 from ..contract.errors import CapacityExhausted, ForgetError
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData
@@ -402,14 +402,9 @@ class RewindToDelete(RewindCalibration):
             raise RuntimeError("retained store does not match the training set minus the deletions")
         tau = self.t
         self._train(pool, self.trained_upto)
-        certs = []
-        for j, u in enumerate(steps):
-            self.n_deletions += 1
-            certs.append(Certificate(
-                learned_step=u, forgotten_step=tau, deletion_index=self.n_deletions, mechanism="exact",
-                sigma=0.0, sensitivity=0.0, rho=0.0,
-                details={"restart": 1.0 if j == 0 else 0.0, "retrain": 1.0, "epoch": float(self.epoch),
-                         "n_train": float(self.n_train)}))
+        certs = exact_retrain_certificates(steps, tau, self.n_deletions,
+                                           {"epoch": float(self.epoch), "n_train": float(self.n_train)})
+        self.n_deletions += len(certs)
         return certs
 
 
