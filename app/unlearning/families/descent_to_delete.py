@@ -195,6 +195,14 @@ class DescentToDelete(DescentToDeleteVariants):
         Thm 14; the discrete Gaussian's (epsilon, delta) profile matches the continuous one's up to CKS20's
         negligible correction at sigma'/g >= 2^10)."""
         self._last_mean = mean.copy()
+        pr = self.perfect_release
+        if pr is not None and self.sigma > 0.0:  # perfect: the planned inputs; Delta carries the re-rounding
+            self.published_, grid, sigma_used, _ = release.discrete_release(
+                mean, pr["sensitivity"], pr["sigma"] * self.sigma_scale, self.noise, scale=self.R, radius=self.R)
+            self.last_release = {"grid": grid, "sigma": sigma_used, "roundoff_floor": pr["floor"],
+                                 "sensitivity": self.sensitivity + grid * math.sqrt(self.d),
+                                 "rerounding": pr["rerounding"]}
+            return
         floor = self.roundoff_floor()
         sens, sigma = self.sensitivity, self.sigma
         if sigma > 0.0 and floor > sens:
@@ -407,6 +415,7 @@ class DescentToDelete(DescentToDeleteVariants):
                     "iterations": float(iters), "gamma": self.c.gamma, "m": self.c.m, "L": self.c.L,
                     "M": self.c.M, "variant_" + self.variant: 1.0, "grid": rel.get("grid", 0.0),
                     "shift": self.sensitivity, "roundoff_floor": rel.get("roundoff_floor", 0.0),
+                    **({"rerounding": rel["rerounding"]} if "rerounding" in rel else {}),
                 },
             ))
         return certs
