@@ -19,7 +19,35 @@ result plus fresh Gaussian noise (Algorithm 3).  The published draw is cached un
 
 Publication (issue 14; app/unlearning/mechanism/release.py): the mean is rounded to a grid g and released with discrete
 Gaussian noise (Delta' = Delta + g sqrt(d), sigma' = sigma Delta'/Delta); Delta is at least the float64 round-off
-floor 2 e/(1 - gamma) of the projected GD steps (``roundoff_floor``).
+floor 2 e/(1 - gamma) of the projected GD steps (``roundoff_floor``); the perfect variant's Delta also carries its
+earlier releases' lattice (below).
+
+The perfect variant and the re-rounding of its releases (issue 29 item 7).  Thm 3.2's induction (digest §3.3, E4's
+tight form) bounds the pre-noise mean mu'_i of round i against the minimiser theta*_i on D_i:
+    ||mu'_i - theta*_i|| <= gamma^{T_i} (||theta~_{i-1} - theta*_{i-1}|| + 4L/(mn)),
+with the paper's theta~_{i-1} = mu'_{i-1} + Z, ||Z|| <= sigma sqrt(2d) log(4di/delta) (Lemma A.2) and
+gamma^{T_i} log(4di/delta) <= gamma^I, so r = G (4L/(mn) + sigma sqrt(2d)), G = gamma^I/(1 - gamma^I) (eq. 13),
+and Delta = r + gamma^I 4L/(mn) <= G (8L/(mn) + sigma sqrt(2d)).  Here theta~_{i-1} = Pi(g (round(mu'_{i-1}/g) + k)),
+k ~ N_Z(0, (sigma'/g)^2)^d, and the next round warm-starts from it (Pi is non-expansive towards theta* in Theta):
+  (1) the rounding moves the mean by at most g sqrt(d)/2 (g/2 per coordinate): deterministic, contracted by
+      gamma^{T_i} <= gamma^I like the rest, so r gains G g sqrt(d)/2;
+  (2) the noise is the lattice's, sigma' = sigma (Delta + g sqrt(d))/Delta (rounded up) > sigma: N_Z(0, s^2) is
+      s^2-subgaussian (CKS20, its tail bound), so ||g k|| <= sigma' sqrt(2d) log(4di/delta) on the same event,
+      and r gains G sqrt(2d) (sigma' - sigma).
+g and sigma' are functions of the epoch's public (Delta, sigma, d, R), the same at every release of the epoch (the
+training's too), so the complete bound is Delta = G (8L/(mn) + sqrt(2d) sigma) + G (sqrt(2d) (sigma' - sigma) +
+g sqrt(d)/2) (the second group is the certificate's ``rerounding``), raised to the round-off floor.  The release keeps
+its inputs (the paper's Delta at this sigma, hence the same g and sigma'); the lattice points of the two worlds
+differ by at most Delta + g sqrt(d) (the receipt's sensitivity), and (Delta + g sqrt(d))/sigma' <= Delta/sigma
+since sigma'/sigma = (Delta_in + g sqrt(d))/Delta_in with Delta_in <= Delta.  Privacy needs Delta/sigma <=
+sqrt(x + 2 eps) - sqrt(x), x = 2 log(2/delta) (Lemma A.3 at delta/2).  The paper's sigma and I >= I_min give
+a + b (E4) for the paper's Delta, and the term adds about (b + G c)/K (K = 2^10, release.py) to the ratio: the
+slack (c - a - b, and b - G sqrt(2d) for I > I_min) almost always holds it, and sigma stays Thm 3.2's; where it
+does not (I = I_min ~ 1 at a small epsilon), sigma is raised to G (8L/(mn) + g sqrt(d)/2)/(c - G sqrt(2d) sigma'/sigma)
+(``_perfect_calibration``).  T_i and I_min are unchanged: (1) needs no tail absorption, (2) has the paper's tail
+factor, absorbed by the same log log(4di/delta)/log(1/gamma) iterations, and I >= I_min keeps G sqrt(2d) <= b <
+c sigma/sigma', so the raised sigma is finite.  The other variants need no term: their chain runs on the secret
+iterate (or secret partitions) and every release is post-processing of it (pitfall 13).
 
 Deviations (documented): the published point is projected onto Theta (E5, post-processing); the Lipschitz
 constant of g uses sup ||theta|| = R of the centred ball (L + mR, tighter than the paper's L + mD and valid);
@@ -195,6 +223,14 @@ class DescentToDelete(DescentToDeleteVariants):
         Thm 14; the discrete Gaussian's (epsilon, delta) profile matches the continuous one's up to CKS20's
         negligible correction at sigma'/g >= 2^10)."""
         self._last_mean = mean.copy()
+        pr = self.perfect_release
+        if pr is not None and self.sigma > 0.0:  # perfect: the planned inputs; Delta carries the re-rounding
+            self.published_, grid, sigma_used, _ = release.discrete_release(
+                mean, pr["sensitivity"], pr["sigma"] * self.sigma_scale, self.noise, scale=self.R, radius=self.R)
+            self.last_release = {"grid": grid, "sigma": sigma_used, "roundoff_floor": pr["floor"],
+                                 "sensitivity": self.sensitivity + grid * math.sqrt(self.d),
+                                 "rerounding": pr["rerounding"]}
+            return
         floor = self.roundoff_floor()
         sens, sigma = self.sensitivity, self.sigma
         if sigma > 0.0 and floor > sens:
@@ -407,6 +443,7 @@ class DescentToDelete(DescentToDeleteVariants):
                     "iterations": float(iters), "gamma": self.c.gamma, "m": self.c.m, "L": self.c.L,
                     "M": self.c.M, "variant_" + self.variant: 1.0, "grid": rel.get("grid", 0.0),
                     "shift": self.sensitivity, "roundoff_floor": rel.get("roundoff_floor", 0.0),
+                    **({"rerounding": rel["rerounding"]} if "rerounding" in rel else {}),
                 },
             ))
         return certs

@@ -13,6 +13,7 @@ from ..contract.unlearner import Unlearner
 from ..maths import d2d_constants as dm
 from ..maths import work_budget as wb
 from ..maths.losses import Loss, make_loss
+from ..mechanism import release
 from ..mechanism.calibration import (N_MAX, CalibrationError, Checks, common_checks, construct, noise_norm_bound,
                                      release_checks, update_norm_bound)
 from .descent_to_delete_data import CACHE_FLOATS
@@ -43,6 +44,10 @@ HP_KEYS = {"variant", "iterations", "xi", "beta", "selection", "regularization",
 
 
 SELECTIONS = ("min_loss", "single")
+
+# the perfect variant's sigma raised at most this often to cover the re-rounding (once in practice; the grid may
+# double once with it)
+PERFECT_CALIBRATION_ROUNDS = 16
 
 # the round index at which an epoch's update cost is taken when nothing caps it (retrain_when_cheaper false)
 ROUNDS_WORST = 10**6
@@ -254,6 +259,7 @@ class DescentToDeleteVariants(Unlearner):
         self.loss: Loss = make_loss(s.loss, s.x_norm, s.y_abs, s.domain_radius, mu, self.hp, s.n_classes)
         self.c = dm.PGDConstants(self.loss.lipschitz, self.loss.smoothness, mu)
         self.sizes = None
+        self.perfect_release: dict[str, float] | None = None
         n = self.n_epoch
         if n == 0 or mu <= 0:
             self.sigma = self.sensitivity = 0.0
@@ -266,8 +272,7 @@ class DescentToDeleteVariants(Unlearner):
             self.sigma = dm.calibrate(self.sensitivity, eps, delta)
             self.T = dm.training_iterations(self.c, I, self.D, n, self.base_loss.lipschitz)
         elif v == "perfect":
-            self.sigma = dm.perfect_sigma(self.c, I, n, eps, delta)
-            self.sensitivity = dm.perfect_sensitivity(self.c, I, n, self.sigma, self.d)
+            self.sigma, self.sensitivity = self._perfect_calibration(n)
             self.T = dm.training_iterations(self.c, I, self.D, n)
         elif v == "regularized_weak":
             self.sensitivity = dm.weak_sensitivity(self.c, I, n, self.xi)
@@ -282,6 +287,42 @@ class DescentToDeleteVariants(Unlearner):
             self.sigma = dm.calibrate(self.sensitivity, eps, delta / 2.0)
             self.T = dm.distributed_training_iterations(self.c, self.sizes, self.a, self.D, delta)
         self.sigma *= self.sigma_scale
+
+    def _perfect_calibration(self, n: int) -> tuple[float, float]:
+        """(sigma, Delta) of the perfect variant with the re-rounding of its earlier releases (issue 29 item 7;
+        module docstring of descent_to_delete.py): Delta = max(G (8L/(mn) + sqrt(2d) sigma) + rerounding, round-off
+        floor), G = gamma^I/(1 - gamma^I), with the grid g and sigma' its releases use (release.release_figures of
+        the epoch's public inputs, the same at every release of the epoch).  sigma is Thm 3.2's unless Delta/sigma
+        would exceed sqrt(x + 2 eps) - sqrt(x) (Lemma A.3 at delta/2); then it is raised until it does not.
+        Sets ``perfect_release``: the release's inputs (the paper's Delta at this sigma, raised with sigma to the
+        floor as ``_publish`` does for the other variants), its grid and sigma', the term, the eq. 13 radius."""
+        c, I, d, s = self.c, self.I, self.d, self.spec
+        bound = dm.perfect_ratio_bound(s.epsilon, s.delta)
+        gI, omg = dm.pow_gamma(c.log_gamma, I)
+        G = gI / omg
+        floor = self.roundoff_floor()
+        sigma = dm.perfect_sigma(c, I, n, s.epsilon, s.delta)
+        for _ in range(PERFECT_CALIBRATION_ROUNDS):
+            base = dm.perfect_sensitivity(c, I, n, sigma, d)  # the paper's (E4) Delta at this sigma
+            sens_in, sigma_in = (floor, sigma * (floor / base)) if floor > base else (base, sigma)
+            grid, sigma_rel, _ = release.release_figures(sens_in, sigma_in, d, self.R)
+            rer = dm.perfect_rerounding(c, I, d, sigma_in, sigma_rel, grid)
+            sens = max(dm.perfect_sensitivity(c, I, n, sigma_in, d) + rer, floor)
+            if sens <= bound * sigma_in:
+                self.perfect_release = {
+                    "sensitivity": sens_in, "sigma": sigma_in, "grid": grid, "sigma_released": sigma_rel,
+                    "rerounding": rer, "floor": floor,
+                    "radius": dm.perfect_radius(c, I, n, sigma_rel, d) + G * grid * math.sqrt(d) / 2.0}
+                return sigma_in, sens
+            # Delta/sigma = G (8L/(mn) + g sqrt(d)/2)/sigma + G sqrt(2d) sigma'/sigma <= bound (sigma'/sigma ~ 1 + 1/K)
+            denom = bound - G * math.sqrt(2.0 * d) * (sigma_rel / sigma_in) * (1.0 + 2.0**-20)
+            if not denom > 0.0:
+                break
+            need = G * (8.0 * c.L / (c.m * n) + grid * math.sqrt(d) / 2.0) / denom
+            sigma = max(sigma * (1.0 + 2.0**-20), need)
+        raise CalibrationError(f"{self.algorithm}: the perfect variant's sigma does not cover the re-rounding of its "
+                               "releases at these iterations; raise hyperparameters.iterations",
+                               quantity="sigma", fields=("hyperparameters.iterations", "privacy.epsilon"))
 
     @property
     def mechanism_delta(self) -> float:
@@ -305,8 +346,8 @@ class DescentToDeleteVariants(Unlearner):
         """The theorem's bound on ||mean of update i - argmin of the objective on D_i|| (eq. 3, 13, 18)."""
         if self.variant in ("secret", "regularized_strong"):
             return dm.secret_radius(self.c, self.I, self.n_epoch)
-        if self.variant == "perfect":
-            return dm.perfect_radius(self.c, self.I, self.n_epoch, self.sigma / self.sigma_scale, self.d)
+        if self.variant == "perfect":  # eq. 13 with its releases' grid and sigma' (issue 29 item 7)
+            return self.perfect_release["radius"] if self.perfect_release else 0.0
         if self.variant == "regularized_weak":
             return dm.weak_radius(self.c, self.I, self.n_epoch, i, self.xi)
         raise NotImplementedError

@@ -103,6 +103,23 @@ def perfect_radius(c: PGDConstants, I: int, n: int, sigma: float, d: int) -> flo
     return gI / omg * (4.0 * c.L / (c.m * n) + sigma * math.sqrt(2.0 * d))
 
 
+def perfect_ratio_bound(eps: float, delta: float) -> float:
+    """sqrt(x + 2 eps) - sqrt(x), x = 2 log(2/delta): the largest Delta/sigma for which Lemma A.3 at delta/2 gives
+    eps (Thm 3.2 splits it as a + b, a = sqrt(x+3eps) - sqrt(x+2eps) for sigma, b = sqrt(x+eps) - sqrt(x) for I_min;
+    E4).  Stable form 2 eps / (sqrt(x + 2 eps) + sqrt(x))."""
+    x = 2.0 * math.log(2.0 / delta)
+    return 2.0 * eps / (math.sqrt(x + 2.0 * eps) + math.sqrt(x))
+
+
+def perfect_rerounding(c: PGDConstants, I: int, d: int, sigma: float, sigma_released: float, grid: float) -> float:
+    """(gamma^I/(1-gamma^I)) (sqrt(2d) (sigma' - sigma) + g sqrt(d)/2): what the discrete releases the perfect
+    variant warm-starts from add to the radius of eq. 13 (issue 29 item 7; derivation in descent_to_delete.py):
+    each release rounds the mean to the grid g (at most g sqrt(d)/2 in l2) and its noise has the lattice's sigma'
+    = sigma (Delta + g sqrt(d))/Delta > sigma; both are carried into the next round and contracted like the noise."""
+    gI, omg = pow_gamma(c.log_gamma, I)
+    return gI / omg * (math.sqrt(2.0 * d) * (sigma_released - sigma) + grid * math.sqrt(d) / 2.0)
+
+
 def perfect_update_iterations(c: PGDConstants, I: int, i: int, d: int, delta: float) -> int:
     """T_i = I + log(log(4 d i / delta)) / log(1/gamma) (Thm 3.2), rounded up."""
     return I + max(0, math.ceil(math.log(math.log(4.0 * d * i / delta)) / (-c.log_gamma)))

@@ -134,6 +134,14 @@ def discrete_release(theta: np.ndarray, sensitivity: float, sigma: float, noise,
     if not sigma > 0.0:
         out = np.array(theta, dtype=np.float64) if radius is None else fast.project(theta, radius)
         return out, 0.0, 0.0, float(sensitivity)
+    grid, sigma_used, sens_used = release_figures(sensitivity, sigma, n, scale)
+    return add_discrete_noise(theta, grid, sigma_used, noise, radius), grid, sigma_used, sens_used
+
+
+def release_figures(sensitivity: float, sigma: float, n: int, scale: float) -> tuple[float, float, float]:
+    """(grid, sigma_used, sensitivity_used) of ``discrete_release`` for sigma > 0: public functions of (Delta,
+    sigma, n, scale) only, so a family can know before releasing what its releases will use (descent-to-delete's
+    perfect variant carries them into its bound)."""
     if sensitivity > 0.0:
         grid = grid_resolution(sensitivity, n, scale)
         sens_used = sensitivity + grid * math.sqrt(n)
@@ -145,8 +153,7 @@ def discrete_release(theta: np.ndarray, sensitivity: float, sigma: float, noise,
     # g <= Delta/(K sqrt n); below 1 up to a multiple of 2^-29): the exact sampler's compiled kernel then applies
     # with room in its int64 bounds (fast_dgauss.sigma_for_fast_path).  More noise than certified: rho = Delta^2/(2 sigma^2) as
     # charged stays an upper bound on Delta'^2/(2 sigma_used^2).  g is a power of two, so sigma_used/g is exact.
-    sigma_used = sigma_for_fast_path(sigma_used / grid) * grid
-    return add_discrete_noise(theta, grid, sigma_used, noise, radius), grid, sigma_used, sens_used
+    return grid, sigma_for_fast_path(sigma_used / grid) * grid, sens_used
 
 
 def on_grid(values: np.ndarray, grid: float) -> bool:
