@@ -248,23 +248,23 @@ def main(argv=None) -> None:
         t0 = time.perf_counter()
         print(f"... {name}", flush=True)
         if name == "engine":
-            from . import engine
+            from .performance import engine
             res["engine"] = engine.run(a.quick)
             print("\n".join(_engine_table(res["engine"])))
         elif name == "http":
-            from . import ingest
+            from .performance import ingest
             res["http"] = ingest.run(a.quick, backends, a.profile, a.out)
             print("\n".join(_http_table(res["http"])))
         elif name == "forget":
-            from . import forget
+            from .performance import forget
             res["forget"] = forget.run(a.quick)
             print("\n".join(_forget_table(res["forget"])))
         elif name == "noise":
-            from . import noise
+            from .performance import noise
             res["noise"] = noise.run(a.quick)
             print("\n".join(_noise_table(res["noise"])))
         elif name == "accuracy":
-            from . import accuracy
+            from .accuracy import accuracy
             res["accuracy"] = accuracy.run(a.quick)
             print("\n".join(accuracy.table(res["accuracy"])))
             res["accuracy"]["targets"] = accuracy.targets(res["accuracy"], accuracy.RECOMMENDED)
@@ -275,11 +275,11 @@ def main(argv=None) -> None:
             made_acc = accuracy.write_docs(res["accuracy"], a.out, ROOT / "docs" if a.docs or not a.quick else None)
             print("wrote " + ", ".join(str(p) for p in made_acc))
         elif name == "replay":
-            from . import replay
+            from .performance import replay
             res["replay"] = replay.run(a.quick)
             print("\n".join(replay.table(res["replay"])))
         elif name == "scale_accuracy":
-            from . import scale_accuracy
+            from .accuracy import scale_accuracy
             res["scale_accuracy"] = scale_accuracy.run(a.quick)
             print("\n".join(scale_accuracy.table(res["scale_accuracy"])))
             # like accuracy: a full run rewrites its generated parts of docs/accuracy.md; --quick only with --docs
@@ -287,28 +287,28 @@ def main(argv=None) -> None:
                                                 ROOT / "docs" if a.docs or not a.quick else None)
             print("wrote " + ", ".join(str(p) for p in made_sa))
         elif name == "stream":
-            from . import stream
+            from .performance import stream
             res["stream"] = stream.run(a.quick, backends)
             print("\n".join(stream.table(res["stream"])))
         elif name == "scale":
-            from . import scale
+            from .scale import scale
             res["scale"] = scale.run(a.quick, backends)
             print("\n".join(scale.table(res["scale"])))
         elif name == "fairness":
-            from . import fairness
+            from .performance import fairness
             cpus = {int(c) for c in a.server_cpus.split(",") if c.strip()} or None
             res["fairness"] = fairness.run(a.quick, cpus)
             print("\n".join(fairness.table(res["fairness"])))
         elif name == "coldstart":
-            from . import coldstart
+            from .performance import coldstart
             res["coldstart"] = coldstart.run(a.quick)
             print("\n".join(coldstart.table(res["coldstart"])))
         elif name == "memory":
-            from . import memory
+            from .performance import memory
             res["memory"] = memory.run(a.quick, backends)
             print("\n".join(_memory_table(res["memory"])))
         elif name == "profiles":
-            from . import ingest, profiles
+            from .performance import ingest, profiles
             url, drop = ingest._pg_database() if "postgresql" in backends else (None, None)
             try:
                 res["profiles"] = profiles.run(a.out, url)

@@ -33,7 +33,7 @@ import numpy as np
 from app.unlearning import ALGORITHMS, ArrayRetained, CapacityExhausted
 from app.unlearning.mechanism import fast, fast_dgauss
 
-from .common import median_time, projected_time, spec, stream
+from ..common import median_time, projected_time, spec, stream
 
 D = 16
 MAX_FORGETS, MIN_FORGETS, FORGET_BUDGET_S = 50, 5, 2.0

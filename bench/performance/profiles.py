@@ -46,7 +46,7 @@ def learn_profile(results: Path, batches: int = 30) -> float:
     from app.config import Settings
     from app.main import create_app
 
-    from .common import stream
+    from ..common import stream
 
     tmp = tempfile.mkdtemp(prefix="olu-prof-")
     app = create_app(Settings(data_dir=Path(tmp), sqlite_synchronous="FULL"))
@@ -79,7 +79,7 @@ def forget_profile(results: Path) -> float:
 
     from app.unlearning import PassiveOLU
 
-    from .common import spec, stream
+    from ..common import spec, stream
 
     e = PassiveOLU(spec("passive_olu", 16))
     X, y = stream(100_000, 16)

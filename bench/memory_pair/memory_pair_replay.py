@@ -23,7 +23,7 @@ from app.unlearning.contract.spec import ModelSpec
 from app.unlearning.contract.unlearner import ArrayRetained
 from app.unlearning.families.memory_pair import UncertifiedMemoryPair as MemoryPair  # also measures the refused settings
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "docs" / "memory_pair_replay_results.md"
+OUT = pathlib.Path(__file__).resolve().parents[2] / "docs" / "memory_pair_replay_results.md"
 LAM, R, RHO, CAP = 0.01, 10.0, 1.0, 32
 
 

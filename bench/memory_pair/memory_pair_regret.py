@@ -28,7 +28,7 @@ from app.unlearning.maths.domain import project_l2_ball  # noqa: E402
 from app.unlearning.maths.losses import augment  # noqa: E402
 from app.unlearning.families.memory_pair import UncertifiedMemoryPair as MemoryPair  # noqa: E402  (measures refused settings too)
 
-DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 LAM, R = 0.01, 10.0
 
 

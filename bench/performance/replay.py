@@ -32,7 +32,7 @@ import numpy as np
 from app.unlearning import ALGORITHMS, ArrayRetained
 from app.unlearning.mechanism import fast
 
-from .common import fmt_time, spec, stream
+from ..common import fmt_time, spec, stream
 
 D = 32
 SIZES = (10_000, 100_000, 1_000_000)

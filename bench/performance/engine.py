@@ -17,7 +17,7 @@ import numpy as np
 from app.unlearning import PassiveOLU
 from app.unlearning.mechanism import fast
 
-from .common import median_time, spec, stream
+from ..common import median_time, spec, stream
 
 
 def numpy_ogd(X: np.ndarray, y: np.ndarray, mu: float, beta: float, R: float) -> np.ndarray:

@@ -31,10 +31,10 @@ from pathlib import Path
 import httpx
 import orjson
 
-from .common import stream as make_stream
+from ..common import stream as make_stream
 from .ingest import D, Server, _new_model, _pg_database
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NATS = "nats://127.0.0.1:4222"
 ADMIN = "bench-admin-" + secrets.token_hex(16)
 

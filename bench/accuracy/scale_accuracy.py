@@ -891,7 +891,7 @@ def main(argv=None) -> None:
     import argparse
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     ap = argparse.ArgumentParser(prog="python -m bench.scale_accuracy", description=main.__doc__)
     ap.add_argument("--families", default=None, help="comma-separated families (default: all)")
     ap.add_argument("--merge", action="store_true", help="merge into bench/results/scale_accuracy.json")

@@ -16,7 +16,7 @@ from pathlib import Path
 from app.db.state_codec import pack_state, unpack_state
 from app.unlearning import ALGORITHMS
 
-from .common import spec, stream
+from ..common import spec, stream
 from .forget import _hp, _learn
 
 D = 64

@@ -29,9 +29,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from .common import free_port, passive_model, wait_for
+from ..common import free_port, passive_model, wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 D, BATCH = 64, 1000
 MODEL = passive_model("scale", D, 0.01)
 
@@ -137,7 +137,7 @@ def _measure(backend: str, database_url: str, n: int, server_cores: list[int], c
 
 def run(quick: bool = False, backends: tuple[str, ...] = ("sqlite", "postgresql"),
         seconds: float | None = None) -> dict:
-    from .ingest import _pg_database
+    from ..performance.ingest import _pg_database
 
     cores = sorted(os.sched_getaffinity(0))
     seconds = seconds or (4.0 if quick else 15.0)

@@ -23,7 +23,7 @@ import time
 import httpx
 import orjson
 
-from .common import fmt_time, passive_model, stream
+from ..common import fmt_time, passive_model, stream
 from .ingest import Server
 
 D = 64

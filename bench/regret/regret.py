@@ -53,8 +53,8 @@ from .regret_common import MU, RADIUS, comparators, schedule, scoring_loss  # sh
 RHO, EPSILON, DELTA = 0.01747, 1.0, 1e-6
 KS = (0, 10, 100)
 SEEDS = 3
-OUT = Path(__file__).resolve().parent.parent / "docs"
-SAVED = Path(__file__).resolve().parent / "results" / "regret_last.pkl"  # the last full run's numbers (--render)
+OUT = Path(__file__).resolve().parents[2] / "docs"
+SAVED = Path(__file__).resolve().parents[1] / "results" / "regret_last.pkl"  # the last full run's numbers (--render)
 
 
 def datasets():

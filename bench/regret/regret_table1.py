@@ -52,7 +52,7 @@ from app.unlearning import ALGORITHMS, ArrayRetained, ModelSpec
 from app.unlearning.maths.losses import augment
 from app.unlearning.mechanism.noise import SeededNoise
 
-from .common import projected_time
+from ..common import projected_time
 from .regret_common import MU, RADIUS, comparators, schedule
 
 EPSILON, DELTA = 1.0, 1e-6

@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from .common import free_port, passive_model, wait_for
+from ..common import free_port, passive_model, wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 N, DIM = 1000, 16
 MODEL = passive_model("cold", DIM, 0.05)
 

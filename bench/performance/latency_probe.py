@@ -14,7 +14,7 @@ import time
 import httpx
 import orjson
 
-from .common import stream
+from ..common import stream
 from .ingest import Server, _bodies, _new_model
 
 

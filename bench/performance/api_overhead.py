@@ -16,7 +16,7 @@ import time
 
 import orjson
 
-from .common import stream
+from ..common import stream
 
 
 def _app():

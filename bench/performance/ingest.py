@@ -26,9 +26,9 @@ import httpx
 import numpy as np
 import orjson
 
-from .common import free_port, stream
+from ..common import free_port, stream
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN = os.environ.get("OLU_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 D = 64
 
@@ -201,7 +201,7 @@ def run(quick: bool, backends: tuple[str, ...] = ("sqlite", "postgresql"), profi
                     "method": "all servers up at once; requests alternate between them (round robin)"}
     servers, drops, tmps = [], [], []
     try:
-        bare = Server("bench.bare_app:app")
+        bare = Server("bench.performance.bare_app:app")
         servers.append(bare)
         targets = [{"name": "bare", "shape": "examples", "url": bare.url, "headers": {},
                     "learn_path": lambda c: "/learn"}]
