@@ -9,17 +9,17 @@ database bytes per example), profiles (pyinstrument/py-spy evidence for the miss
 Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)), stream (learn events through NATS
 JetStream and ``olu consume`` vs HTTP ingest; needs NATS at 127.0.0.1:4222), accuracy (held-out accuracy before
 and after forgetting 1 record, 1 % and 10 % of the stream, every family, beside the exact retrain and river's single
-pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy.py),
+pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy/accuracy.py),
 scale (aggregate learn events/s and predict requests/s for 1, 2, 4, 8 replicas or workers, servers and load
-generators pinned to separate cores; bench/scale.py), fairness (one tenant floods predicts and learns from 4 keys and
+generators pinned to separate cores; bench/scale/scale.py), fairness (one tenant floods predicts and learns from 4 keys and
 4 processes while another measures its predict p50/p99, alone and under the flood in alternate windows, with the
 tenant limits off and at their defaults; target: p99 under the flood within 2x of p99 alone; ``--server-cpus 0,1``
-pins the server to 2 cores; bench/fairness.py), coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/coldstart.py),
+pins the server to 2 cores; bench/performance/fairness.py), coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/performance/coldstart.py),
 scale_accuracy (held-out accuracy and cost per forget on a 1e5-record stream at deletion rates 1e-4, 1e-3, 1e-2,
 every family beside the exact retrain, and membership inference on the forgotten records; a full run rewrites
 the generated "Accuracy at scale" and "Membership inference after forgetting" parts of docs/accuracy.md and
-docs/membership.png; bench/scale_accuracy.py), replay (exact forgets of retrain and sisa at 1e4-1e6 records, compiled
-and fallback loop, descent_to_delete learning in requests of 1 000, the retained-example read rate; bench/replay.py).
+docs/membership.png; bench/accuracy/scale_accuracy.py), replay (exact forgets of retrain and sisa at 1e4-1e6 records, compiled
+and fallback loop, descent_to_delete learning in requests of 1 000, the retained-example read rate; bench/performance/replay.py).
 """
 from __future__ import annotations
 
@@ -264,15 +264,15 @@ def main(argv=None) -> None:
             res["noise"] = noise.run(a.quick)
             print("\n".join(_noise_table(res["noise"])))
         elif name == "accuracy":
-            from .accuracy import accuracy
+            from .accuracy import accuracy, accuracy_docs
             res["accuracy"] = accuracy.run(a.quick)
             print("\n".join(accuracy.table(res["accuracy"])))
-            res["accuracy"]["targets"] = accuracy.targets(res["accuracy"], accuracy.RECOMMENDED)
+            res["accuracy"]["targets"] = accuracy.targets(res["accuracy"], accuracy_docs.RECOMMENDED)
             for t in res["accuracy"]["targets"]:
                 mark = {True: "MET", False: "MISSED", None: "n/a"}[t["met"]]
                 print(f"  [{mark:>6}] {t['dataset']}: {t['target']}: measured {t['measured']}, reference {t['reference']}")
             # a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; --quick only with --docs
-            made_acc = accuracy.write_docs(res["accuracy"], a.out, ROOT / "docs" if a.docs or not a.quick else None)
+            made_acc = accuracy_docs.write_docs(res["accuracy"], a.out, ROOT / "docs" if a.docs or not a.quick else None)
             print("wrote " + ", ".join(str(p) for p in made_acc))
         elif name == "replay":
             from .performance import replay

@@ -1,6 +1,6 @@
 """Membership inference against a published model, from ``engine.predict`` only (so ensembles work too):
 the loss-threshold attack and offline LiRA with shadow models, the AUC of two record sets with a bootstrap
-confidence interval.  Used by bench/scale_accuracy.py (section ``scale_accuracy``; docs/accuracy.md).
+confidence interval.  Used by bench/accuracy/scale_accuracy.py (section ``scale_accuracy``; docs/accuracy.md).
 
 * Loss-threshold attack (Yeom et al. 2018): a record is called a member when the model's confidence on its true
   label is high; the attack's score is that confidence (equivalently minus the per-record log loss).

@@ -1,11 +1,11 @@
 """passive_olu's noise after the stream: today's omega series against the group allocation of issue 30 item 3.
 
-    python -m bench.passive_group_allocation [--quick]
+    python -m bench.accuracy.passive_group_allocation [--quick]
 
 The derivation is docs/passive_group_allocation.md.  Forgets after the stream (no learning between them) with the
 group allocation sigma_i^2 = (S_i^2 - S_{i-1}^2)/(2 rho), S_i = a_1 + ... + a_i (= (2i - 1) a^2/(2 rho) for equal
 shifts a), which keeps the total noise variance at S_i^2/(2 rho) after every forget.  Protocol: the 1e5-record
-synthetic stream of bench/scale_accuracy.py (d = 32, logistic, the service's default spec fields, epsilon = 1,
+synthetic stream of bench/accuracy/scale_accuracy.py (d = 32, logistic, the service's default spec fields, epsilon = 1,
 delta = 1e-6), passive_olu at its defaults learns it once; then 100 records drawn at random (FORGET_SEED) are
 forgotten one per request, and the held-out accuracy is read after 10 and 100 forgets, over SEEDS noise seeds.
 "today" is the engine itself (omega series, discrete release, this branch's certified shifts); "group" replays the
@@ -25,7 +25,7 @@ from app.unlearning.maths.domain import project_l2_ball
 from app.unlearning.maths.losses import augment
 
 from .accuracy import FORGET_SEED, model_spec
-from .scale_accuracy import N_TEST, N_TRAIN, QUICK_TEST, QUICK_TRAIN, synthetic_stream
+from .scale_runs import N_TEST, N_TRAIN, QUICK_TEST, QUICK_TRAIN, synthetic_stream
 
 SEEDS = 20
 MARKS = (10, 100)

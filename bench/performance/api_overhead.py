@@ -1,4 +1,4 @@
-"""The API layer's own cost per request: ``python -m bench.api_overhead [n] [rounds]``.
+"""The API layer's own cost per request: ``python -m bench.performance.api_overhead [n] [rounds]``.
 
 The app is called in process through ASGI (no sockets, no HTTP parser), with ``ModelService.predict``, ``unlearn``
 and ``learn`` replaced by functions returning a recorded answer: what is left is authentication, body parsing,

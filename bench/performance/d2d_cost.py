@@ -1,6 +1,6 @@
 """Cost per deletion of descent-to-delete vs an exact retrain (gradient evaluations and wall time).
 
-    python -m bench.d2d_cost            # n = 1e3, 1e4, 1e5 at d = 16, logistic, eps = 1, delta = 1e-6
+    python -m bench.performance.d2d_cost            # n = 1e3, 1e4, 1e5 at d = 16, logistic, eps = 1, delta = 1e-6
 
 One gradient evaluation = one example's gradient.  A deletion costs n_i * T_i (T_i = I, or the Thm 3.2 / 3.5
 counts); a retrain costs n * T with T = I + log(D m n / 2L) / log(1/gamma).  The distributed variant's numbers are

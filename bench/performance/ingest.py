@@ -4,7 +4,7 @@ For each database (SQLite with OLU_SQLITE_SYNCHRONOUS=FULL, i.e. fsync on every 
 answers) the service is started with ``python -m uvicorn app.main:app`` (one worker), a passive OLU logistic model
 with d = 64 is created, and batches of 1, 100 and 1000 examples are posted in three body shapes: per-example JSON,
 columnar JSON and msgpack with raw float64 bytes (one model per shape).  Bodies are encoded before the clock starts.
-The ceiling is a bare FastAPI app (bench/bare_app.py) that only parses and validates the per-example body with
+The ceiling is a bare FastAPI app (bench/performance/bare_app.py) that only parses and validates the per-example body with
 pydantic, served the same way.  All servers run at once and the requests alternate between them (round robin,
 one client connection per server, one request in flight), so a change of load on the shared machine hits every
 target alike; the rate is batch / median request time.  Latencies: predict (1 row), learn (1 example), unlearn (1 record, signed receipt, commit).

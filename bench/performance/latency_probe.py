@@ -1,4 +1,4 @@
-"""Latency on a fresh server, nothing else running: ``python -m bench.latency_probe [n]``.
+"""Latency on a fresh server, nothing else running: ``python -m bench.performance.latency_probe [n]``.
 
 One uvicorn ``app.main:app`` on SQLite (synchronous=FULL), one model (passive OLU, d = 64) with 1000 records, then
 n sequential requests each of unlearn(1), predict(1 row), GET /healthz (the HTTP floor of the machine) and learn(1); p50.

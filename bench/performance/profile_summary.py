@@ -1,6 +1,6 @@
 """Summarise a py-spy ``--format raw`` (collapsed stacks) profile: inclusive share of the busiest frames.
 
-``python -m bench.profile_summary bench/results/profile_service_sqlite.txt [--match app/]``
+``python -m bench.performance.profile_summary bench/results/profile_service_sqlite.txt [--match app/]``
 """
 from __future__ import annotations
 

@@ -221,11 +221,11 @@ def table(r: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    """python -m bench.replay [--quick] [--sizes 10000,100000] [--paths compiled] [--no-d2d] [--json FILE]"""
+    """python -m bench.performance.replay [--quick] [--sizes 10000,100000] [--paths compiled] [--no-d2d] [--json FILE]"""
     import argparse
     import json
 
-    ap = argparse.ArgumentParser(prog="python -m bench.replay")
+    ap = argparse.ArgumentParser(prog="python -m bench.performance.replay")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sizes", default="")
     ap.add_argument("--paths", default="compiled,fallback")

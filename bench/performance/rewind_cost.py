@@ -1,4 +1,4 @@
-"""Cost of rewind_to_delete per deletion vs full retraining (python -m bench.rewind_cost; well under a minute).
+"""Cost of rewind_to_delete per deletion vs full retraining (python -m bench.performance.rewind_cost; well under a minute).
 
 For n = 1e3, 1e4, 1e5 records at d = 16 (logistic, l2 = 0.01, PSGD-R2D strongly convex, b = 32) and two training
 lengths -- a fixed T = 2000 and T = 2 epochs (2n/b) -- with K = T/8, it reports per-example gradient evaluations

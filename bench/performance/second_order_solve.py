@@ -1,5 +1,5 @@
 """The Newton system of second_order_olu: direct (form H, LAPACK solve) vs conjugate gradient on Hessian-vector
-products, by dimension.  ``python -m bench.second_order_solve [--n N] [--dims 50,200,1000]``.
+products, by dimension.  ``python -m bench.performance.second_order_solve [--n N] [--dims 50,200,1000]``.
 
 Engine level, logistic, l2 = 0.05 (``--hard``: 0.001 and a decaying feature spectrum), x_norm = 1, n retained records in one materialised chunk set, the system at the
 ERM of the data (what a deletion solves after its GD phase), both to the certified residual tolerance

@@ -3,8 +3,8 @@
 
 Run it as a script against any checkout, e.g. to compare two branches interleaved:
 
-    PYTHONPATH=/path/to/main   python bench/write_path.py sqlite
-    PYTHONPATH=/path/to/branch python bench/write_path.py sqlite
+    PYTHONPATH=/path/to/main   python bench/performance/write_path.py sqlite
+    PYTHONPATH=/path/to/branch python bench/performance/write_path.py sqlite
 
 A third argument names another family (e.g. ``memory_pair``, a data-holding one: its forget also erases the
 retained example, its sealed row and data key, and checkpoints the WAL); a fourth, the number of unlearns (100);

@@ -4,7 +4,7 @@ Two measurements, written to docs/regret.md (plots docs/regret.png and docs/regr
 
 1. the first table (this module): every online family on breast-cancer and digits at their full length, k = 0,
    10, 100 (below);
-2. Table 1 (bench/regret_table1.py, whose docstring has every choice): OLU regret and wall-clock cost per deletion
+2. Table 1 (bench/regret/regret_table1.py, whose docstring has every choice): OLU regret and wall-clock cost per deletion
    of every served family at T = 10^3, 10^4, 10^5 and k = 10, 100, with the log-log slopes in T beside the
    papers' order terms.  ``--quick`` runs Table 1 at T = 10^3, 10^4 only and writes only to ``--out``;
    ``--render`` rewrites the documents from the numbers the last full run pickled (bench/results/regret_last.pkl).
@@ -48,6 +48,7 @@ from app.unlearning.families.retrain import RetrainOGD
 from app.unlearning.families.second_order import SecondOrderOLU
 
 from . import regret_table1 as table1
+from . import regret_table1_docs as table1_docs
 from .regret_common import MU, RADIUS, comparators, schedule, scoring_loss  # shared with Table 1
 
 RHO, EPSILON, DELTA = 0.01747, 1.0, 1e-6
@@ -159,6 +160,13 @@ def table_a() -> tuple[list, dict, float]:
     return rows, curves, time.perf_counter() - start
 
 
+class _Unpickler(pickle.Unpickler):
+    """Reads a run pickled before bench/ was split into packages (its cells name ``bench.regret_table1``)."""
+
+    def find_class(self, module: str, name: str):
+        return super().find_class("bench.regret.regret_table1" if module == "bench.regret_table1" else module, name)
+
+
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in text.split(",") if v.strip())
 
@@ -179,9 +187,9 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out if args.out is not None else (None if args.quick else OUT)
     if args.render is not None:
         with open(args.render, "rb") as fh:
-            saved = pickle.load(fh)
+            saved = _Unpickler(fh).load()
         rows, curves, elapsed_a, elapsed = saved["rows"], saved["curves"], saved["elapsed_a"], saved["elapsed"]
-        res = table1.restore(saved["res"])
+        res = table1_docs.restore(saved["res"])
     else:
         start = time.perf_counter()
         rows, curves, elapsed_a = ([], {}, 0.0) if args.table1_only else table_a()
@@ -193,14 +201,14 @@ def main(argv: list[str] | None = None) -> None:
             out.mkdir(parents=True, exist_ok=True)
             with open(out / "regret_last.pkl" if out != OUT else SAVED, "wb") as fh:
                 pickle.dump({"rows": rows, "curves": curves, "elapsed_a": elapsed_a, "elapsed": elapsed,
-                             "res": table1.snapshot(res)}, fh)
+                             "res": table1_docs.snapshot(res)}, fh)
     text = "\n".join(markdown(rows, elapsed_a, res, elapsed))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "regret.md").write_text(text)
         if curves:
             plot(curves, out / "regret.png")
-        table1.plot(res, out / "regret_table1.png")
+        table1_docs.plot(res, out / "regret_table1.png")
     print(text)
 
 
@@ -216,7 +224,7 @@ def markdown(rows, elapsed_a, res, elapsed) -> list[str]:
     ]
     if rows:
         lines += table_a_markdown(rows, elapsed_a)
-    lines += table1.document(res)
+    lines += table1_docs.document(res)
     lines += ["", f"Total runtime {elapsed:.0f} s.", ""]
     return lines
 

@@ -1,4 +1,4 @@
-"""What both tables of ``python -m bench.regret`` share (bench/regret.py's first table, bench/regret_table1.py's Table
+"""What both tables of ``python -m bench.regret`` share (bench/regret/regret.py's first table, bench/regret/regret_table1.py's Table
 1): the model's regulariser and domain, the deletion schedule and the OLU comparator losses."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ MU, RADIUS = 0.01, 12.0  # l2 = mu and the radius of K (every comparator below i
 
 def scoring_loss(dim: int):
     """The loss every family is scored with (declared l2 = MU, whatever surrogate it trains on): passive OLU's
-    logistic loss on the unit ball of features (bench/regret.py's spec: epsilon = 1, delta = 1e-6, rho = 0.01747)."""
+    logistic loss on the unit ball of features (bench/regret/regret.py's spec: epsilon = 1, delta = 1e-6, rho = 0.01747)."""
     return PassiveOLU(ModelSpec("passive_olu", "logistic", dim, 1.0, 1.0, RADIUS, MU, 1.0, 1e-6, 0.01747, {})).loss
 
 
