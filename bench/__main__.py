@@ -1,5 +1,8 @@
 """Benchmark runner: ``python -m bench [--sections engine,http,forget,memory,profiles] [--quick]``.
 
+``python -m bench --render bench/results/results.json [--docs]`` measures nothing: it rewrites what a run writes
+besides results.json from that saved run: the generated parts of docs/accuracy.md (byte for byte) and the plots.
+
 Runs the selected sections, prints one table per section with ratios against the baselines measured in the same
 run, writes ``bench/results/results.json`` and PNG plots under ``bench/results/`` (``--docs`` also copies the
 summary plots to ``docs/``).  Nothing here is asserted by the tests; numbers depend on the machine and its load.
@@ -225,6 +228,25 @@ def plots(res: dict, out: Path) -> list[Path]:
     return made
 
 
+def render(res: dict, out: Path, docs: Path, to_docs: bool) -> list[Path]:
+    """``--render``: what a run writes besides results.json, rebuilt from a saved results.json without measuring:
+    the generated parts of docs/accuracy.md and their plots (into ``docs`` as the run did: after a --quick run only
+    with --docs) and the summary plots (copied to docs/ with --docs)."""
+    into = docs if to_docs or not res.get("quick") else None
+    made: list[Path] = []
+    if "accuracy" in res:
+        from .accuracy import accuracy_docs
+        made += accuracy_docs.write_docs(res["accuracy"], out, into)
+    if "scale_accuracy" in res:
+        from .accuracy import scale_accuracy_docs
+        made += scale_accuracy_docs.write_docs(res["scale_accuracy"], out, into)
+    summary = plots(res, out)
+    if to_docs:
+        for p in summary:
+            shutil.copy(p, docs / f"perf_{p.name}")
+    return made + summary
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
@@ -235,7 +257,14 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--docs", action="store_true", help="copy the summary plots to docs/")
     ap.add_argument("--server-cpus", default="", help="fairness: CPUs to pin the server to (e.g. 0,1)")
+    ap.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
+                    help="measure nothing: rewrite the docs' generated parts and the plots from a saved results.json")
     a = ap.parse_args(argv)
+    if a.render is not None:
+        a.out.mkdir(parents=True, exist_ok=True)
+        made = render(json.loads(a.render.read_text()), a.out, ROOT / "docs", a.docs)
+        print("wrote " + ", ".join(str(p) for p in made))
+        return
     sections = [s.strip() for s in a.sections.split(",") if s.strip()]
     unknown = set(sections) - set(SECTIONS)
     if unknown:

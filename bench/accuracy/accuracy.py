@@ -364,6 +364,7 @@ def run(quick: bool, datasets: list[str] | None = None, families: list[str] | No
     if sweep and "breast-cancer" in out["datasets"]:
         entry = next(e for e in DATASETS if e.name == "breast-cancer")
         out["l2_sweep"] = {"dataset": entry.name, "rows": l2_sweep(entry, quick, seeds or (2 if quick else SEEDS))}
+    out["measured"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())  # the docs say when, also when re-rendered
     return out
 
 
