@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_layering import MAX_LINES, ROOT, circles, graph
+from .test_layering import MAX_LINES, ROOT, circles, graph, sources
 
 DATA = ROOT / "tests" / "data" / "bench_render"
 PACKAGES = ("accuracy", "performance", "scale", "regret", "memory_pair")
@@ -33,9 +33,12 @@ def test_bench_is_in_rooms_without_an_import_circle():
     g = {m: ts for m, ts in graph().items() if m.startswith("bench")}
     assert not circles(g), circles(g)
     # every section module lives in a family's package; only the runner and the shared helpers stay at the top
-    top = {m for m in g if m.count(".") == 1}
+    files = {m: p for m, p in sources().items() if m.startswith("bench")}
+    top = {m for m, p in files.items() if p.parent == ROOT / "bench" and p.name != "__init__.py"}
     assert top == {"bench.__main__", "bench.common"}, top
-    assert {m.split(".")[1] for m in g if m.count(".") == 2} == set(PACKAGES)
+    rooms = {p.parent.name for p in files.values() if p.parent != ROOT / "bench"}
+    assert rooms == set(PACKAGES), rooms
+    assert all((ROOT / "bench" / room / "__init__.py").exists() for room in PACKAGES)
     # the graph really is read: the runner imports the sections, the sections the shared helpers
     assert "bench.accuracy.accuracy_docs" in g["bench.__main__"] and "bench.common" in g["bench.performance.engine"]
 
