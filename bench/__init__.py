@@ -1,8 +1,10 @@
 """The benchmarks: ``python -m bench --sections ...`` (bench/__main__.py; nothing here is asserted by the tests).
 
 Rooms, one package per section family; the shared helpers once in bench/common.py (timing, synthetic streams,
-specs, number formats, ports).  No module imports a package's ``__init__``; no file is over 500 lines and the
-import graph has no circle (tests/test_layering.py).
+specs, number formats, ports).  The packages' ``__init__`` files hold a docstring only (no re-exports: a module
+is imported from where it lives); no file is over 500 lines and the import graph has no circle
+(tests/test_bench_layout.py, tests/test_layering.py).  ``python -m bench --render bench/results/results.json`` and
+``python -m bench.regret --render bench/results/regret_last.pkl`` rewrite the generated docs from a saved run.
 
 - bench/accuracy/: held-out accuracy before and after forgetting (section ``accuracy``), the same at 1e5 records
   with membership inference (``scale_accuracy``), the attack itself (membership.py) and the passive group
