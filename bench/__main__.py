@@ -1,5 +1,8 @@
 """Benchmark runner: ``python -m bench [--sections engine,http,forget,memory,profiles] [--quick]``.
 
+``python -m bench --render bench/results/results.json [--docs]`` measures nothing: it rewrites what a run writes
+besides results.json from that saved run: the generated parts of docs/accuracy.md (byte for byte) and the plots.
+
 Runs the selected sections, prints one table per section with ratios against the baselines measured in the same
 run, writes ``bench/results/results.json`` and PNG plots under ``bench/results/`` (``--docs`` also copies the
 summary plots to ``docs/``).  Nothing here is asserted by the tests; numbers depend on the machine and its load.
@@ -9,17 +12,17 @@ database bytes per example), profiles (pyinstrument/py-spy evidence for the miss
 Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)), stream (learn events through NATS
 JetStream and ``olu consume`` vs HTTP ingest; needs NATS at 127.0.0.1:4222), accuracy (held-out accuracy before
 and after forgetting 1 record, 1 % and 10 % of the stream, every family, beside the exact retrain and river's single
-pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy.py),
+pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy/accuracy.py),
 scale (aggregate learn events/s and predict requests/s for 1, 2, 4, 8 replicas or workers, servers and load
-generators pinned to separate cores; bench/scale.py), fairness (one tenant floods predicts and learns from 4 keys and
+generators pinned to separate cores; bench/scale/scale.py), fairness (one tenant floods predicts and learns from 4 keys and
 4 processes while another measures its predict p50/p99, alone and under the flood in alternate windows, with the
 tenant limits off and at their defaults; target: p99 under the flood within 2x of p99 alone; ``--server-cpus 0,1``
-pins the server to 2 cores; bench/fairness.py), coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/coldstart.py),
+pins the server to 2 cores; bench/performance/fairness.py), coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/performance/coldstart.py),
 scale_accuracy (held-out accuracy and cost per forget on a 1e5-record stream at deletion rates 1e-4, 1e-3, 1e-2,
 every family beside the exact retrain, and membership inference on the forgotten records; a full run rewrites
 the generated "Accuracy at scale" and "Membership inference after forgetting" parts of docs/accuracy.md and
-docs/membership.png; bench/scale_accuracy.py), replay (exact forgets of retrain and sisa at 1e4-1e6 records, compiled
-and fallback loop, descent_to_delete learning in requests of 1 000, the retained-example read rate; bench/replay.py).
+docs/membership.png; bench/accuracy/scale_accuracy.py), replay (exact forgets of retrain and sisa at 1e4-1e6 records, compiled
+and fallback loop, descent_to_delete learning in requests of 1 000, the retained-example read rate; bench/performance/replay.py).
 """
 from __future__ import annotations
 
@@ -225,6 +228,25 @@ def plots(res: dict, out: Path) -> list[Path]:
     return made
 
 
+def render(res: dict, out: Path, docs: Path, to_docs: bool) -> list[Path]:
+    """``--render``: what a run writes besides results.json, rebuilt from a saved results.json without measuring:
+    the generated parts of docs/accuracy.md and their plots (into ``docs`` as the run did: after a --quick run only
+    with --docs) and the summary plots (copied to docs/ with --docs)."""
+    into = docs if to_docs or not res.get("quick") else None
+    made: list[Path] = []
+    if "accuracy" in res:
+        from .accuracy import accuracy_docs
+        made += accuracy_docs.write_docs(res["accuracy"], out, into)
+    if "scale_accuracy" in res:
+        from .accuracy import scale_accuracy_docs
+        made += scale_accuracy_docs.write_docs(res["scale_accuracy"], out, into)
+    summary = plots(res, out)
+    if to_docs:
+        for p in summary:
+            shutil.copy(p, docs / f"perf_{p.name}")
+    return made + summary
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
@@ -235,7 +257,14 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--docs", action="store_true", help="copy the summary plots to docs/")
     ap.add_argument("--server-cpus", default="", help="fairness: CPUs to pin the server to (e.g. 0,1)")
+    ap.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
+                    help="measure nothing: rewrite the docs' generated parts and the plots from a saved results.json")
     a = ap.parse_args(argv)
+    if a.render is not None:
+        a.out.mkdir(parents=True, exist_ok=True)
+        made = render(json.loads(a.render.read_text()), a.out, ROOT / "docs", a.docs)
+        print("wrote " + ", ".join(str(p) for p in made))
+        return
     sections = [s.strip() for s in a.sections.split(",") if s.strip()]
     unknown = set(sections) - set(SECTIONS)
     if unknown:
@@ -248,38 +277,38 @@ def main(argv=None) -> None:
         t0 = time.perf_counter()
         print(f"... {name}", flush=True)
         if name == "engine":
-            from . import engine
+            from .performance import engine
             res["engine"] = engine.run(a.quick)
             print("\n".join(_engine_table(res["engine"])))
         elif name == "http":
-            from . import ingest
+            from .performance import ingest
             res["http"] = ingest.run(a.quick, backends, a.profile, a.out)
             print("\n".join(_http_table(res["http"])))
         elif name == "forget":
-            from . import forget
+            from .performance import forget
             res["forget"] = forget.run(a.quick)
             print("\n".join(_forget_table(res["forget"])))
         elif name == "noise":
-            from . import noise
+            from .performance import noise
             res["noise"] = noise.run(a.quick)
             print("\n".join(_noise_table(res["noise"])))
         elif name == "accuracy":
-            from . import accuracy
+            from .accuracy import accuracy, accuracy_docs
             res["accuracy"] = accuracy.run(a.quick)
             print("\n".join(accuracy.table(res["accuracy"])))
-            res["accuracy"]["targets"] = accuracy.targets(res["accuracy"], accuracy.RECOMMENDED)
+            res["accuracy"]["targets"] = accuracy.targets(res["accuracy"], accuracy_docs.RECOMMENDED)
             for t in res["accuracy"]["targets"]:
                 mark = {True: "MET", False: "MISSED", None: "n/a"}[t["met"]]
                 print(f"  [{mark:>6}] {t['dataset']}: {t['target']}: measured {t['measured']}, reference {t['reference']}")
             # a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; --quick only with --docs
-            made_acc = accuracy.write_docs(res["accuracy"], a.out, ROOT / "docs" if a.docs or not a.quick else None)
+            made_acc = accuracy_docs.write_docs(res["accuracy"], a.out, ROOT / "docs" if a.docs or not a.quick else None)
             print("wrote " + ", ".join(str(p) for p in made_acc))
         elif name == "replay":
-            from . import replay
+            from .performance import replay
             res["replay"] = replay.run(a.quick)
             print("\n".join(replay.table(res["replay"])))
         elif name == "scale_accuracy":
-            from . import scale_accuracy
+            from .accuracy import scale_accuracy
             res["scale_accuracy"] = scale_accuracy.run(a.quick)
             print("\n".join(scale_accuracy.table(res["scale_accuracy"])))
             # like accuracy: a full run rewrites its generated parts of docs/accuracy.md; --quick only with --docs
@@ -287,28 +316,28 @@ def main(argv=None) -> None:
                                                 ROOT / "docs" if a.docs or not a.quick else None)
             print("wrote " + ", ".join(str(p) for p in made_sa))
         elif name == "stream":
-            from . import stream
+            from .performance import stream
             res["stream"] = stream.run(a.quick, backends)
             print("\n".join(stream.table(res["stream"])))
         elif name == "scale":
-            from . import scale
+            from .scale import scale
             res["scale"] = scale.run(a.quick, backends)
             print("\n".join(scale.table(res["scale"])))
         elif name == "fairness":
-            from . import fairness
+            from .performance import fairness
             cpus = {int(c) for c in a.server_cpus.split(",") if c.strip()} or None
             res["fairness"] = fairness.run(a.quick, cpus)
             print("\n".join(fairness.table(res["fairness"])))
         elif name == "coldstart":
-            from . import coldstart
+            from .performance import coldstart
             res["coldstart"] = coldstart.run(a.quick)
             print("\n".join(coldstart.table(res["coldstart"])))
         elif name == "memory":
-            from . import memory
+            from .performance import memory
             res["memory"] = memory.run(a.quick, backends)
             print("\n".join(_memory_table(res["memory"])))
         elif name == "profiles":
-            from . import ingest, profiles
+            from .performance import ingest, profiles
             url, drop = ingest._pg_database() if "postgresql" in backends else (None, None)
             try:
                 res["profiles"] = profiles.run(a.out, url)

@@ -1,4 +1,4 @@
-"""Smoke test of the accuracy section of the benchmark (bench/accuracy.py) at tiny size: its plumbing, not its
+"""Smoke test of the accuracy section of the benchmark (bench/accuracy/accuracy.py) at tiny size: its plumbing, not its
 numbers (those are docs/accuracy.md)."""
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import pytest
 
 pytest.importorskip("sklearn")  # the data sets (test extra); river (bench extra) is optional: its column is None
 
-from bench import accuracy as A  # noqa: E402
+from bench.accuracy import accuracy as A  # noqa: E402
+from bench.accuracy import accuracy_docs as AD  # noqa: E402
+from bench.accuracy import datasets as D  # noqa: E402
 from app.unlearning.maths.losses import LOSSES  # noqa: E402
 
 
@@ -35,7 +37,7 @@ def test_accuracy_section_at_tiny_size(tmp_path):
     assert [t["met"] for t in out["targets"]] == [True] * (2 if has_river else 1)
     lines = A.table(out)
     assert any(line.strip().startswith("retrain ") for line in lines)
-    made = A.write_docs(out, tmp_path)
+    made = AD.write_docs(out, tmp_path)
     assert (tmp_path / "accuracy.md").read_text().count("| passive_olu |") == 1 and made
 
 
@@ -46,7 +48,7 @@ def test_entries_the_engine_cannot_serve_are_skipped_with_the_reason():
     if why is not None:
         assert "softmax" in why
     hashed = next(e for e in A.DATASETS if e.features == "hashed")
-    assert (A.unsupported(hashed) is None) == (A.hashed_encoder() is not None)
+    assert (A.unsupported(hashed) is None) == (D.hashed_encoder() is not None)
 
 
 def _tiny(entry, n_train: int, n_test: int):
@@ -54,7 +56,7 @@ def _tiny(entry, n_train: int, n_test: int):
     data = entry.load(True)
     data.X_train, data.y_train = data.X_train[:n_train], data.y_train[:n_train]
     data.X_test, data.y_test = data.X_test[:n_test], data.y_test[:n_test]
-    return A.Entry(entry.name, entry.loss, entry.features, lambda quick: data, entry.what)
+    return D.Entry(entry.name, entry.loss, entry.features, lambda quick: data, entry.what)
 
 
 @pytest.mark.skipif("softmax" not in LOSSES, reason="no softmax in this build")
@@ -79,19 +81,19 @@ def test_softmax_entry_at_tiny_size():
 def test_hashed_entry_uses_the_service_featurizer_with_declared_ranges():
     from app.features import featurize_many
 
-    encode = A.hashed_encoder()
+    encode = D.hashed_encoder()
     assert encode is not None
-    spec = A.hashed_feature_spec()
-    assert spec["numeric"] == {f"n{j}": [-A.CAT_RANGE, A.CAT_RANGE] for j in range(A.CAT_NUMERIC)}
-    records, _ = A.categorical_records(40)
+    spec = D.hashed_feature_spec()
+    assert spec["numeric"] == {f"n{j}": [-D.CAT_RANGE, D.CAT_RANGE] for j in range(D.CAT_NUMERIC)}
+    records, _ = D.categorical_records(40)
     X = encode(records)
-    assert X.shape == (40, A.HASH_DIM) and (np.linalg.norm(X, axis=1) <= 1.0 + 1e-12).all()
+    assert X.shape == (40, D.HASH_DIM) and (np.linalg.norm(X, axis=1) <= 1.0 + 1e-12).all()
     np.testing.assert_array_equal(X, featurize_many(spec, records, 1.0))  # the service's own encoding
     # a record's vector does not depend on the other records (no statistics of the data)
     np.testing.assert_array_equal(encode(records[:1])[0], X[0])
     hashed = next(e for e in A.DATASETS if e.features == "hashed")
     r = A.run_dataset(_tiny(hashed, 80, 40), quick=True, families=["passive_olu", "retrain"], seeds=1)
-    assert r["dim"] == A.HASH_DIM and r["features"] == "hashed"
+    assert r["dim"] == D.HASH_DIM and r["features"] == "hashed"
     assert r["families"]["passive_olu"]["before"]["mean"] == r["references"]["exact retrain"]["before"]
 
 
@@ -100,7 +102,7 @@ def test_plans_and_encodings():
     taus = [t for t, _ in plan]
     assert taus == sorted(taus) and len({u for _, u in plan}) == 20
     assert all(u < tau for tau, u in plan)  # each request names a record already learned
-    records, y = A.categorical_records(50)
-    X = A.encode_onehot(records)
-    assert X.shape == (50, A.CAT_NUMERIC + A.CAT_CATEGORICAL * (len(A.CAT_CUTS) + 1))
+    records, y = D.categorical_records(50)
+    X = D.encode_onehot(records)
+    assert X.shape == (50, D.CAT_NUMERIC + D.CAT_CATEGORICAL * (len(D.CAT_CUTS) + 1))
     assert (np.linalg.norm(X, axis=1) <= 1.0 + 1e-12).all() and set(np.unique(y)) <= {0.0, 1.0}

@@ -1,4 +1,4 @@
-"""Smoke test of ``python -m bench.regret``'s Table 1 code path (bench/regret_table1.py) at tiny T."""
+"""Smoke test of ``python -m bench.regret``'s Table 1 code path (bench/regret/regret_table1.py) at tiny T."""
 from __future__ import annotations
 
 import math
@@ -6,8 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from bench import regret as regret_bench
-from bench import regret_table1 as t1
+from bench.regret import regret as regret_bench
+from bench.regret import regret_table1 as t1
+from bench.regret import regret_table1_docs as t1_docs
 
 SIZES, KS = (150, 300), (2, 3)
 
@@ -59,7 +60,7 @@ def test_exact_families_add_no_noise_and_noisy_ones_do(res):
 
 
 def test_tables_have_one_line_per_family_and_k(res):
-    text = "\n".join(t1.document(res))
+    text = "\n".join(t1_docs.document(res))
     for title in ("### Table 1a", "### Table 1b"):
         block = text.split(title, 1)[1].split("###", 1)[0]
         body = [ln for ln in block.splitlines() if ln.startswith("| ") and not ln.startswith("| family")]
@@ -77,7 +78,7 @@ def test_over_budget_cells_fall_back_and_say_so(data):
         assert second.fallback and second.regret is None and second.n_timed == t1.FALLBACK_FORGETS
         assert second.cost_s > 0
         assert math.isnan(row.regret_slope())            # one regret point: no slope, never an extrapolation
-    text = "\n".join(t1.markdown(res))
+    text = "\n".join(t1_docs.markdown(res))
     assert text.count("not run [") == len(fams)
 
 

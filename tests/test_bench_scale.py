@@ -12,7 +12,8 @@ from .conftest import PG_URL
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pinning needs os.sched_setaffinity (Linux)")
 def test_scale_section_small_form(monkeypatch):
-    from bench import ingest, scale
+    from bench.performance import ingest
+    from bench.scale import scale
 
     backends = ("sqlite", "postgresql") if PG_URL else ("sqlite",)
     if PG_URL:  # the suite's server, in a throwaway database of the bench's own

@@ -459,7 +459,7 @@ def _gap_ratio(X, y, u, l2, R, no_pairs=False, **hp):
 
 def test_known_case_replay_gap_exceeds_delta():
     """Characterisation, not a wish: the certificate assumes gap <= Delta, and it is FALSE on this stream
-    (found by random search, bench/memory_pair_replay.py; docs/memory_pair.md).  The memory-free limit of the
+    (found by random search, bench/memory_pair/memory_pair_replay.py; docs/memory_pair.md).  The memory-free limit of the
     same learner (plain OGD) stays far inside.  If a change makes the first assertion fail, update the docs."""
     M = np.loadtxt(GAP_CASE, delimiter=",")
     X, y = M[:, :2], M[:, 2]

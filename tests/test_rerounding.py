@@ -156,7 +156,7 @@ def test_release_history_round_trips_restarts_clear_it_and_legacy_states_are_con
 # ---- memory_pair: the removal bound carried through the epoch's earlier releases --------------------------------
 def test_memory_pair_carries_the_re_rounding_of_the_releases_since_u():
     """memory_pair's Delta bounds the gap to the replay without the record, measured noise-free
-    (bench/memory_pair_replay.py); with the noise switched on, both worlds round their own point at every earlier
+    (bench/memory_pair/memory_pair_replay.py); with the noise switched on, both worlds round their own point at every earlier
     release of the epoch, which the noise-free gap cannot see: Delta carries g_r sqrt(p) per release since u (no
     contraction is certified for the quasi-Newton steps)."""
     from app.unlearning.contract.unlearner import ArrayRetained

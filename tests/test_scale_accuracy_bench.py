@@ -1,4 +1,4 @@
-"""Smoke test of the scale_accuracy section (bench/scale_accuracy.py, bench/membership.py) at tiny size: its
+"""Smoke test of the scale_accuracy section (bench/accuracy/scale_accuracy.py, bench/accuracy/membership.py) at tiny size: its
 plumbing and what cannot fail silently, not its numbers (those are docs/accuracy.md)."""
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import pytest
 pytest.importorskip("sklearn")
 pytest.importorskip("scipy")
 
-from bench import membership as M  # noqa: E402
-from bench import scale_accuracy as S  # noqa: E402
+from bench.accuracy import membership as M  # noqa: E402
+from bench.accuracy import scale_accuracy as S  # noqa: E402
+from bench.accuracy import scale_accuracy_docs as SD  # noqa: E402
+from bench.accuracy import scale_runs as SR  # noqa: E402
 
 
 def test_auc_and_interval():
@@ -30,12 +32,12 @@ def test_auc_and_interval():
 
 def test_scale_section_at_tiny_size(tmp_path):
     n = 2000
-    d = {"name": f"synthetic {n}", "loss": "logistic", "data": S.synthetic_stream(n, 500), "what": "tiny"}
+    d = {"name": f"synthetic {n}", "loss": "logistic", "data": SR.synthetic_stream(n, 500), "what": "tiny"}
     lines: list[str] = []
     objects: dict = {}
     r = S.run_dataset(d, quick=True, families=["passive_olu", "retrain"], log=lines.append, objects=objects)
     assert r["ks"] == {"1e-4": 1, "1e-3": 2, "1e-2": 20}
-    cols = S.columns(r)
+    cols = SD.columns(r)
     ref, fams = r["reference"], r["families"]
     assert set(fams) == {"passive_olu", "retrain"} and all(0.0 <= ref[c] <= 1.0 for c in cols)
     # before any forget passive OLU is the exact retrain's OGD (same schedule, no noise yet)
@@ -56,15 +58,15 @@ def test_scale_section_at_tiny_size(tmp_path):
         assert fam["mia"]["n_forgotten"] == 20
     # the retrain's forgotten-vs-never-seen AUC equals the one of the exact retrain on the masked stream
     t, keep = objects["targets"], objects["keeps"]["end 1e-2"]
-    exact = S.masked_model("retrain", d["data"], "logistic", {}, keep)
+    exact = SR.masked_model("retrain", d["data"], "logistic", {}, keep)
     want = t.aucs(exact, "end", objects["order"][:20])
     assert fams["retrain"]["mia"]["loss"]["forgotten"]["auc"] == want["loss"]["forgotten"]["auc"]
     assert fams["retrain"]["mia"]["lira"]["forgotten"]["auc"] == want["lira"]["forgotten"]["auc"]
     out = {"epsilon": S.EPSILON, "delta": S.DELTA, "rho": S.RHO, "rates": ["1e-4", "1e-3", "1e-2"],
            "spec_fields": dict(S.MODEL_DEFAULTS), "shadows": 2, "datasets": {d["name"]: r}, "seconds": 1.0}
-    out["targets"] = S.targets(out)
+    out["targets"] = SD.targets(out)
     assert {t["column"] for t in out["targets"]} == {"end 1e-4", "during 1e-4", "end 1e-3", "during 1e-3"}
-    text = S.table(out)
+    text = SD.table(out)
     assert any(line.strip().startswith("retrain ") for line in text)
     assert any(line.strip().startswith("passive_olu   loss") for line in text)
     # the docs writer: both generated parts appended once, then replaced in place, the prose kept
@@ -72,9 +74,9 @@ def test_scale_section_at_tiny_size(tmp_path):
     doc = tmp_path / "docs" / "accuracy.md"
     doc.write_text("# Accuracy\n\nprose\n")
     for _ in range(2):
-        made = S.write_docs(out, tmp_path / "out", tmp_path / "docs")
+        made = SD.write_docs(out, tmp_path / "out", tmp_path / "docs")
     body = doc.read_text()
-    assert body.startswith("# Accuracy\n\nprose\n") and body.count(S.SCALE_BEGIN) == 1 and body.count(S.MIA_END) == 1
+    assert body.startswith("# Accuracy\n\nprose\n") and body.count(SD.SCALE_BEGIN) == 1 and body.count(SD.MIA_END) == 1
     assert body.count("## Accuracy at scale") == 1 and body.count("## Membership inference after forgetting") == 1
     assert body.count("| retrain | loss |") == 1 and body.count("| retrain | lira |") == 1 and made
     assert (tmp_path / "docs" / "membership.png").exists() and (tmp_path / "docs" / "accuracy_scale.png").exists()
@@ -87,7 +89,7 @@ def test_masked_retained_matches_the_array_store():
     X, y = rng.normal(size=(50, 3)), rng.integers(0, 2, 50).astype(float)
     steps = np.arange(1, 51)
     alive = rng.random(50) > 0.3
-    m = S.MaskedRetained(steps, X, y, alive, 40)
+    m = SR.MaskedRetained(steps, X, y, alive, 40)
     a = ArrayRetained(steps[:40][alive[:40]], X[:40][alive[:40]], y[:40][alive[:40]])
     assert len(m) == len(a)
     ex = [int(s) for s in steps[:40][alive[:40]][:3]]
@@ -106,7 +108,7 @@ def test_sisa_shards_on_the_small_real_streams():
     rows = S.sisa_small_streams(quick=True, log=lambda *_: None)
     assert [r["shards"] for r in rows] == [1, 8] and len({r["dataset"] for r in rows}) == 1
     assert all(0.0 <= r["accuracy"] <= 1.0 and r["per_shard"] == r["n"] // r["shards"] for r in rows)
-    lines = S.markdown_scale({"datasets": {}, "sisa_small": rows, "epsilon": 1.0, "delta": 1e-6, "rho": 0.02,
+    lines = SD.markdown_scale({"datasets": {}, "sisa_small": rows, "epsilon": 1.0, "delta": 1e-6, "rho": 0.02,
                               "measured": "now", "seconds": 1.0, "spec_fields": {"domain_radius": 10.0, "l2": 0.01}, "rates": []})
     assert sum(line.startswith(f"| {rows[0]['dataset']} |") for line in lines) == 2
     assert any(line.endswith("| +0.0 |") for line in lines)

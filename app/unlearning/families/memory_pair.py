@@ -49,7 +49,7 @@ Deletion (Alg. "Memory Pair Deletion"), corrected:
     model stored with settings now refused forgets by that restart, or by an exact retrain without the records.
 
 What the certificate rests on (the draft does not prove it): Delta bounds ||theta + d - theta_replay||, the gap
-to an exact replay without the deleted point; bench/memory_pair_replay.py measures it (it holds on real data; on
+to an exact replay without the deleted point; bench/memory_pair/memory_pair_replay.py measures it (it holds on real data; on
 ~1% of small adversarial streams an early record exceeded it, up to ~1.9 Delta, without the ``burn_in``, default
 ceil(beta/lam), which keeps the first inserts' steps at B = beta I: worst 0.98 Delta with it, measured, not proven).
 Settings measured as under-noised (an integer ``burn_in`` below ceil(beta/lam), ``initial_curvature =

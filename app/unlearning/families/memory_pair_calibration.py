@@ -56,9 +56,9 @@ class MemoryPairCalibration(Unlearner):
         if spec.loss == "softmax":
             # the loss meets the learner's assumptions (convex, beta-smooth data term, L-bounded gradients;
             # losses.py), but the certificate rests on no proof: its replay gap <= Delta was measured on scalar-score
-            # losses only (bench/memory_pair_replay.py); unmeasured for softmax, so it is not offered
+            # losses only (bench/memory_pair/memory_pair_replay.py); unmeasured for softmax, so it is not offered
             raise SpecError("memory_pair does not serve loss softmax: its deletion certificate is not proven but "
-                            "measured (replay gap within Delta, bench/memory_pair_replay.py), and only for the "
+                            "measured (replay gap within Delta, bench/memory_pair/memory_pair_replay.py), and only for the "
                             "scalar-score losses; use passive_olu, active_olu or another family for softmax",
                             fields=("loss",))
         unknown = set(hp) - _HP
@@ -119,7 +119,7 @@ class MemoryPairCalibration(Unlearner):
         if hp["initial_curvature"] == "shanno_phua":
             raise UnderNoisedSpec(
                 'initial_curvature = "shanno_phua" is refused: with it the corrected model was measured up to '
-                "1.25 Delta away from the replay without the record (bench/memory_pair_replay.py), so its "
+                "1.25 Delta away from the replay without the record (bench/memory_pair/memory_pair_replay.py), so its "
                 "certificate would be false; use a number in (0, 1] (default 1e-3)", hp)
         if hp["burn_in"] != "auto":
             from ..maths.losses import make_loss  # losses imports base; the public constants of the declared loss
@@ -130,7 +130,7 @@ class MemoryPairCalibration(Unlearner):
                 raise UnderNoisedSpec(
                     f"burn_in = {hp['burn_in']} is refused: below ceil(beta/lam) = {least} the corrected model was "
                     "measured farther than Delta from the replay without the record (half that length: 1.19 Delta; "
-                    "burn_in = 0, the draft's learner: 1.88 Delta; bench/memory_pair_replay.py), so its certificate "
+                    "burn_in = 0, the draft's learner: 1.88 Delta; bench/memory_pair/memory_pair_replay.py), so its certificate "
                     f"would be false; use \"auto\" or an integer >= {least}", hp)
 
     @classmethod

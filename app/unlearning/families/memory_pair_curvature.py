@@ -63,7 +63,7 @@ class CurvatureMemory:
         In directions no stored pair has explored, the only curvature known for sure is lam; a small m0 keeps
         B close to lam I there (the plain strongly convex OGD step).  Shanno-Phua puts the newest example's
         curvature into *every* direction: the learner is slower and early records' influence decays slowly (the
-        public bound Delta was exceeded for the first records in bench/memory_pair_replay.py), but its
+        public bound Delta was exceeded for the first records in bench/memory_pair/memory_pair_replay.py), but its
         influence structure matches the removal step.  docs/memory_pair.md has the numbers.
         """
         if self.count == 0:

@@ -1,0 +1,1 @@
+"""Replicas and workers (section ``scale``); see bench/__init__.py."""
