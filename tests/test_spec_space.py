@@ -295,8 +295,10 @@ def forget_outcomes():
 @pytest.fixture(scope="module")
 def asgi(tmp_path_factory):
     token = "walk-admin-" + secrets.token_hex(16)
+    # the walk creates hundreds of models under one tenant in one process (-n 0 runs every family here): the
+    # tenant's live-model quota (default 100, tests/test_tenant_quotas.py) is lifted for it
     app = create_app(Settings(data_dir=tmp_path_factory.mktemp("walk"), admin_token=token, rate_limit=0,
-                              log_level="WARNING"))
+                              tenant_max_models=0, log_level="WARNING"))
     with TestClient(app, raise_server_exceptions=False) as c:
         r = c.post("/v1/tenants", json={"name": "walk"}, headers={"authorization": f"Bearer {token}"})
         c.headers["authorization"] = f"Bearer {r.json()['api_key']}"
