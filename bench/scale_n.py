@@ -529,11 +529,13 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--families", default="")
     ap.add_argument("--cap", type=float, default=0.0)
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "scale_n.json"))
-    ap.add_argument("--from-json", default="", help="render a saved result instead of measuring")
+    ap.add_argument("--from-json", default="", help="render a saved result (this module's JSON, or python -m "
+                    "bench's results.json) instead of measuring")
     ap.add_argument("--docs", action="store_true", help="rewrite the generated part of docs/performance.md")
     a = ap.parse_args(argv)
     if a.from_json:
         out = json.loads(Path(a.from_json).read_text())
+        out = out.get("scale_n", out)  # python -m bench's results.json holds the section under its name
     else:
         sizes = tuple(int(float(v)) for v in a.sizes.split(",") if v) or None
         fams = [f for f in a.families.split(",") if f] or None
