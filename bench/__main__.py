@@ -22,7 +22,9 @@ scale_accuracy (held-out accuracy and cost per forget on a 1e5-record stream at 
 every family beside the exact retrain, and membership inference on the forgotten records; a full run rewrites
 the generated "Accuracy at scale" and "Membership inference after forgetting" parts of docs/accuracy.md and
 docs/membership.png; bench/accuracy/scale_accuracy.py), replay (exact forgets of retrain and sisa at 1e4-1e6 records, compiled
-and fallback loop, descent_to_delete learning in requests of 1 000, the retained-example read rate; bench/performance/replay.py).
+and fallback loop, descent_to_delete learning in requests of 1 000, the retained-example read rate; bench/performance/replay.py),
+scale_n (learn per example, forget, memory and database bytes per record at 1e4-1e7 records for every family, with
+a per-family time cap; accuracy at 1e6; ``--docs`` rewrites its generated part of docs/performance.md; bench/performance/scale_n.py).
 """
 from __future__ import annotations
 
@@ -37,8 +39,8 @@ from .common import fmt_rate, fmt_time, machine
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "fairness",
-            "accuracy", "scale_accuracy", "replay")
-DEFAULT_SECTIONS = SECTIONS[:-6]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy and
+            "accuracy", "scale_accuracy", "replay", "scale_n")
+DEFAULT_SECTIONS = SECTIONS[:-7]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy and
 # replay run when named
 
 TARGETS = {
@@ -307,6 +309,12 @@ def main(argv=None) -> None:
             from .performance import replay
             res["replay"] = replay.run(a.quick)
             print("\n".join(replay.table(res["replay"])))
+        elif name == "scale_n":  # engine cost at scale, every family (bench/performance/scale_n.py); --docs: performance.md
+            from .performance import scale_n
+            res["scale_n"] = scale_n.run(a.quick)
+            print("\n".join(scale_n.table(res["scale_n"])))
+            if a.docs:
+                print(f"wrote {scale_n.write_docs(res['scale_n'])}")
         elif name == "scale_accuracy":
             from .accuracy import scale_accuracy
             res["scale_accuracy"] = scale_accuracy.run(a.quick)

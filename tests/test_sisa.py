@@ -232,3 +232,21 @@ def test_work_budget_counts_each_shard_once_per_request():
                                    {"max_records": 1000}), 10).forget
     assert whole <= c.forget_most <= 1.02 * whole  # one page query more per shard and c.forget_request(1) <= 0.26 * whole
     assert SISA_SPEC.hyperparameters["shards"] == 4
+
+
+def test_default_shards_grow_with_max_records():
+    """Issue 32: the default S = clamp(ceil(sqrt(N) / 16), 8, 1024) for the cap N given at creation; 8 without a cap
+    and up to N = 16 384 (every small model keeps its 8); a given shards is kept; the cap itself is kept too."""
+    def shards(**hp):
+        s = spec(**hp)
+        return SISA.normalize_hyperparameters(s)
+
+    assert shards()["shards"] == 8 and "max_records" not in shards()
+    assert [shards(max_records=n)["shards"] for n in (1, 1000, 16_384, 16_385, 100_000, 10**6, 10**7, 10**9)] == \
+        [8, 8, 8, 9, 20, 63, 198, 1024]
+    hp = shards(max_records=10**6, shards=8, slices=2)
+    assert (hp["shards"], hp["slices"], hp["max_records"]) == (8, 2, 10**6)
+    with pytest.raises(SpecError):
+        shards(max_records=0)
+    e = SISA(spec(max_records=40_000).with_hyperparameters(shards(max_records=40_000)))
+    assert e.shards == 13 and e.slice_length == -(-40_000 // (13 * 4))

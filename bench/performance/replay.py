@@ -2,7 +2,8 @@
 
 Engine level, d = 32, logistic, the synthetic stream of ``bench.common.stream``:
 
-* **forget** -- ``retrain`` and ``sisa`` (8 shards, 4 slices, max_records = n) learn n records (requests of 10 000,
+* **forget** -- ``retrain`` and ``sisa`` (its default shards for max_records = n -- 8, 20, 63 at 1e4, 1e5, 1e6
+  since 8170511, 8 at every n before; 4 slices) learn n records (requests of 10 000,
   not timed apart) and forget one record at a time: the median of up to ``FORGETS`` forgets of records drawn
   uniformly from the stream (sisa: the cost depends on where the record sits in its shard), each a recomputation
   over the retained examples (``ArrayRetained``, built before the clock starts).  ``path``: ``compiled`` (the

@@ -38,7 +38,8 @@ from ..mechanism.noise import NoiseSource
 from .retrain import CHUNK_SIZE, ExactOGD, check_forget_steps, ogd_run
 
 # Defaults measured with ``python -m bench --sections scale_accuracy`` (docs/accuracy.md, "SISA defaults").
-DEFAULT_SHARDS = 8
+DEFAULT_SHARDS = 8  # the fewest shards of the default rule (default_shards): a model of up to 16 384 records
+SHARDS_PER_SQRT = 16  # default S = ceil(sqrt(max_records) / 16): a shard of about 16 sqrt(N) records
 DEFAULT_SLICES = 4
 MAX_SHARDS = 1024
 MAX_SLICES = 1024
@@ -68,6 +69,18 @@ class SISA(ExactOGD):
         self.deleted = np.zeros(0, dtype=np.int64)  # forgotten global steps, sorted (never read again)
 
     @staticmethod
+    def default_shards(max_records: Any) -> int:
+        """The default S for a retained-record cap N: clamp(ceil(sqrt(N) / 16), 8, MAX_SHARDS) (8 without a cap).
+
+        A forget replays about half of one shard, N / (2S) records, against N for ``retrain``: the share 1/(2S)
+        falls as 8 / sqrt(N) (1e6: S = 63, 1/126), while each shard still learns 16 sqrt(N) records (1e6: about
+        16 000), so the averaged shard models stay close to one model on the whole stream (accuracy at 1e6:
+        docs/performance.md, "Engine cost at scale").  Up to N = 16 384 it is the fixed default 8."""
+        if max_records is None:
+            return DEFAULT_SHARDS
+        return int(min(MAX_SHARDS, max(DEFAULT_SHARDS, math.ceil(math.sqrt(int(max_records)) / SHARDS_PER_SQRT))))
+
+    @staticmethod
     def slice_length_of(max_records: Any, shards: int, slices: int) -> int:
         if max_records is None:
             return UNCAPPED_SLICE_LENGTH
@@ -75,8 +88,11 @@ class SISA(ExactOGD):
 
     @classmethod
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
+        # sees the limit hyperparameters (marked below): the default shards follow max_records; ExactOGD's own
+        # normalisation (through its wrapper) checks the limits and puts them back
         hp = super().normalize_hyperparameters(spec)
-        for key, default, top in (("shards", DEFAULT_SHARDS, MAX_SHARDS), ("slices", DEFAULT_SLICES, MAX_SLICES)):
+        shards = cls.default_shards(hp.get("max_records"))
+        for key, default, top in (("shards", shards, MAX_SHARDS), ("slices", DEFAULT_SLICES, MAX_SLICES)):
             v = hp.setdefault(key, default)
             if isinstance(v, float) and v.is_integer():
                 v = int(v)
@@ -84,6 +100,8 @@ class SISA(ExactOGD):
                 raise SpecError(f"{key} must be an integer in [1, {top}]", fields=(f"hyperparameters.{key}",))
             hp[key] = int(v)
         return hp
+
+    normalize_hyperparameters.__func__._limits = True  # type: ignore[attr-defined]
 
     @classmethod
     def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
