@@ -177,3 +177,72 @@ def test_tenant_rate_limit_is_shared_across_keys(limited):
     time.sleep(1.1)  # refill (no assertion on time: only lets the bucket hold tokens again)
     with srv.client(a_key) as c:
         assert c.get(f"/v1/models/{mid}").json()["n_records"] == 3
+
+
+# ---- the fair scheduler in front of the compute (app/api/fairness.py FairScheduler) ------------------------------
+
+def _scheduled(sched, order: list, tenant: str, name: str, done: asyncio.Event):
+    async def job():
+        async with sched.slot(tenant):
+            order.append(name)
+            await done.wait()
+    return asyncio.ensure_future(job())
+
+
+def test_scheduler_serves_tenants_round_robin_not_in_arrival_order():
+    """A has queued five computations before B's one arrives: B's runs after at most one more of A's."""
+    from app.api.fairness import FairScheduler
+
+    async def main():
+        sched = FairScheduler(1)
+        order: list = []
+        gates = {}
+        jobs = []
+        for i in range(6):
+            gates[f"a{i}"] = asyncio.Event()
+            jobs.append(_scheduled(sched, order, "A", f"a{i}", gates[f"a{i}"]))
+        await asyncio.sleep(0)
+        assert order == ["a0"] and sched.busy == 1 and sched.waiting("A") == 5
+        gates["b0"] = asyncio.Event()
+        jobs.append(_scheduled(sched, order, "B", "b0", gates["b0"]))
+        await asyncio.sleep(0)
+        assert sched.waiting("B") == 1
+        for name in ("a0", "a1", "b0", "a2", "a3", "a4", "a5"):
+            assert order[-1] == name
+            gates[name].set()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        await asyncio.gather(*jobs)
+        assert order == ["a0", "a1", "b0", "a2", "a3", "a4", "a5"] and sched.busy == 0 and sched.waiting() == 0
+
+    asyncio.run(main())
+
+
+def test_scheduler_bounds_computations_at_once_and_skips_cancelled_waiters():
+    from app.api.fairness import FairScheduler
+
+    async def main():
+        sched = FairScheduler(2)
+        order: list = []
+        done = asyncio.Event()
+        a = [_scheduled(sched, order, "A", f"a{i}", done) for i in range(3)]
+        b = [_scheduled(sched, order, "B", f"b{i}", done) for i in range(2)]
+        await asyncio.sleep(0)
+        assert sorted(order) == ["a0", "a1"] and sched.busy == 2 and sched.waiting() == 3
+        a[2].cancel()  # its client went away while it waited: it never runs, the slot goes on to B
+        await asyncio.sleep(0)
+        done.set()
+        await asyncio.gather(*a[:2], *b)
+        assert "a2" not in order and order[2:] == ["b0", "b1"]
+        assert sched.busy == 0 and sched.waiting() == 0
+
+    asyncio.run(main())
+
+
+def test_compute_slots_setting():
+    import os
+
+    from app.api.fairness import compute_slots
+
+    assert compute_slots(0) == 0 and compute_slots(3) == 3
+    assert compute_slots(None) == max(1, len(os.sched_getaffinity(0)) - 1)

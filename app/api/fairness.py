@@ -24,10 +24,13 @@ the middleware and is admitted right after authentication (app/api/deps.py) inst
 """
 from __future__ import annotations
 
+import asyncio
 import math
+import os
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 ATTRIBUTION_SECONDS = 60.0  # a key not authenticated for this long is no longer attributed (revoked elsewhere)
@@ -155,3 +158,73 @@ class TenantLimiter:
 
 def _seconds(wait: float) -> int:
     return max(1, math.ceil(wait)) if wait > 0 else 1
+
+
+class FairScheduler:
+    """Per-tenant queues in front of the compute, served round robin, with at most ``slots`` computations at once.
+
+    The worker-thread part of learn, unlearn and the predictions too large to answer on the event loop
+    (app/api/models.py) runs only while it holds a slot.  A free slot is taken at once; otherwise the request waits
+    in its tenant's queue, and each freed slot goes to the tenant at the head of the round: a tenant served moves to
+    the back of it.  So a request of another tenant waits for at most the computations running and one more of each
+    tenant queued before it, not for a flooding tenant's whole queue, and the computations running at once stay
+    about the server's cores (``OLU_COMPUTE_SLOTS``): fewer threads compete with the event loop for the GIL, which
+    answers the small requests (issue 29).  Event-loop only (no lock): ``slot`` is awaited from the handlers.
+    """
+
+    def __init__(self, slots: int):
+        self.slots = max(1, int(slots))
+        self.busy = 0
+        self._queues: OrderedDict[str, deque] = OrderedDict()  # tenant -> its waiters (futures), in round order
+
+    def waiting(self, tenant_id: str | None = None) -> int:
+        if tenant_id is not None:
+            return len(self._queues.get(tenant_id, ()))
+        return sum(len(q) for q in self._queues.values())
+
+    def _grant(self) -> None:
+        while self.busy < self.slots and self._queues:
+            tenant, queue = next(iter(self._queues.items()))
+            waiter = queue.popleft()
+            if queue:
+                self._queues.move_to_end(tenant)  # served: to the back of the round
+            else:
+                del self._queues[tenant]
+            if waiter.done():  # its request went away (cancelled) while it waited
+                continue
+            self.busy += 1
+            waiter.set_result(None)
+
+    def _release(self) -> None:
+        self.busy -= 1
+        self._grant()
+
+    @asynccontextmanager
+    async def slot(self, tenant_id: str):
+        if self.busy < self.slots and not self._queues:
+            self.busy += 1
+        else:
+            waiter = asyncio.get_running_loop().create_future()
+            self._queues.setdefault(tenant_id, deque()).append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():  # granted just as it was cancelled: hand it on
+                    self._release()
+                raise
+        try:
+            yield
+        finally:
+            self._release()
+
+
+def compute_slots(setting: int | None) -> int:
+    """``OLU_COMPUTE_SLOTS``: None (unset) is one fewer than the CPUs this process may run on (the event loop keeps
+    one), at least 1; 0 turns the scheduler off."""
+    if setting is not None:
+        return max(0, int(setting))
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, cpus - 1)
