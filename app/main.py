@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -133,6 +134,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if limiter.enabled:
         ctx.tenant_limits = limiter
         ctx.tenants.on_revoke = lambda tenant_id, digest: limiter.forget(tenant_id, digest)
+    if settings.gil_switch_interval:  # process-wide: the event loop's wait behind a computing thread (issue 29)
+        sys.setswitchinterval(settings.gil_switch_interval)
     slots = compute_slots(settings.compute_slots)
     if slots:
         ctx.scheduler = FairScheduler(slots)

@@ -39,8 +39,8 @@ FLOOD_PROCS = 4
 CONNS_PER_PROC = 2
 TARGET = 2.0
 LIMITS_OFF = {"OLU_TENANT_RATE_LIMIT": "0", "OLU_TENANT_MAX_IN_FLIGHT": "0", "OLU_TENANT_COMPUTE_SHARE": "0",
-              "OLU_COMPUTE_SLOTS": "0"}
-NO_SCHEDULER = {"OLU_COMPUTE_SLOTS": "0"}
+              "OLU_COMPUTE_SLOTS": "0", "OLU_GIL_SWITCH_INTERVAL": "0.005"}  # 0.005: Python's default
+NO_SCHEDULER = {"OLU_COMPUTE_SLOTS": "0", "OLU_GIL_SWITCH_INTERVAL": "0.005"}
 FLOOD_NICE = 19  # the flood processes' niceness: they stand in for remote clients (see the module docstring)
 
 

@@ -218,23 +218,27 @@ def test_scheduler_serves_tenants_round_robin_not_in_arrival_order():
     asyncio.run(main())
 
 
-def test_scheduler_bounds_computations_at_once_and_skips_cancelled_waiters():
+def test_scheduler_bounds_computations_at_once_and_per_tenant_and_skips_cancelled_waiters():
+    """3 slots: one tenant holds at most 2, so another's computation starts at once; a waiter whose request went
+    away is skipped."""
     from app.api.fairness import FairScheduler
 
     async def main():
-        sched = FairScheduler(2)
+        sched = FairScheduler(3)
         order: list = []
         done = asyncio.Event()
-        a = [_scheduled(sched, order, "A", f"a{i}", done) for i in range(3)]
-        b = [_scheduled(sched, order, "B", f"b{i}", done) for i in range(2)]
+        a = [_scheduled(sched, order, "A", f"a{i}", done) for i in range(4)]
         await asyncio.sleep(0)
-        assert sorted(order) == ["a0", "a1"] and sched.busy == 2 and sched.waiting() == 3
-        a[2].cancel()  # its client went away while it waited: it never runs, the slot goes on to B
+        assert order == ["a0", "a1"] and sched.busy == 2 and sched.running("A") == 2 and sched.waiting("A") == 2
+        b = [_scheduled(sched, order, "B", f"b{i}", done) for i in range(3)]
+        await asyncio.sleep(0)
+        assert order == ["a0", "a1", "b0"] and sched.busy == 3 and sched.waiting() == 4  # the slot A may not take
+        a[2].cancel()  # its client went away while it waited: it never runs
         await asyncio.sleep(0)
         done.set()
-        await asyncio.gather(*a[:2], *b)
-        assert "a2" not in order and order[2:] == ["b0", "b1"]
-        assert sched.busy == 0 and sched.waiting() == 0
+        await asyncio.gather(*a[:2], a[3], *b)
+        assert "a2" not in order and sorted(order) == ["a0", "a1", "a3", "b0", "b1", "b2"]
+        assert sched.busy == 0 and sched.waiting() == 0 and sched.running("A") == 0
 
     asyncio.run(main())
 
@@ -245,4 +249,4 @@ def test_compute_slots_setting():
     from app.api.fairness import compute_slots
 
     assert compute_slots(0) == 0 and compute_slots(3) == 3
-    assert compute_slots(None) == max(1, len(os.sched_getaffinity(0)) - 1)
+    assert compute_slots(None) == max(2, len(os.sched_getaffinity(0)))
