@@ -250,3 +250,53 @@ def test_compute_slots_setting():
 
     assert compute_slots(0) == 0 and compute_slots(3) == 3
     assert compute_slots(None) == max(2, len(os.sched_getaffinity(0)))
+
+
+def test_service_runs_learn_unlearn_and_large_predicts_through_the_scheduler(tmp_path):
+    """The settings reach the app (OLU_COMPUTE_SLOTS, OLU_GIL_SWITCH_INTERVAL), the compute routes take their
+    tenant's turn, and the small predict is answered on the event loop without one; 0 turns the scheduler off."""
+    import secrets
+    import sys
+
+    from fastapi.testclient import TestClient
+
+    from app.api.fairness import FairScheduler
+    from app.config import Settings
+    from app.main import create_app
+
+    before = sys.getswitchinterval()
+    try:
+        token = "fair-admin-" + secrets.token_hex(16)
+        app = create_app(Settings(data_dir=tmp_path / "on", admin_token=token, rate_limit=0, log_level="WARNING",
+                                  compute_slots=3, gil_switch_interval=0.002, tenant_rate_limit=0,
+                                  tenant_max_in_flight=0, tenant_compute_share=0))
+        assert abs(sys.getswitchinterval() - 0.002) < 1e-9
+        sched = app.state.ctx.scheduler
+        assert isinstance(sched, FairScheduler) and sched.slots == 3 and sched.per_tenant == 2
+        turns: list = []
+        slot = sched.slot
+
+        def recorded(tenant_id):
+            turns.append(tenant_id)
+            return slot(tenant_id)
+
+        sched.slot = recorded
+        with TestClient(app, raise_server_exceptions=False) as c:
+            r = c.post("/v1/tenants", json={"name": "A"}, headers={"authorization": f"Bearer {token}"})
+            tid = r.json()["id"]
+            c.headers["authorization"] = f"Bearer {r.json()['api_key']}"
+            mid = create_model(c)["id"]
+            assert c.post(f"/v1/models/{mid}/learn", json={"examples": examples(unit_rows(3, 4))}).status_code == 200
+            assert turns == [tid]
+            assert c.post(f"/v1/models/{mid}/predict", json={"x": unit_rows(1, 4).tolist()}).status_code == 200
+            assert turns == [tid]  # small: on the event loop, no turn taken
+            app.state.ctx.models.prediction.INLINE_PREDICT_VALUES = 8  # this instance: 3 rows of 4 go to a thread
+            big = unit_rows(3, 4, seed=2)
+            assert c.post(f"/v1/models/{mid}/predict", json={"x": big.tolist()}).status_code == 200
+            assert c.post(f"/v1/models/{mid}/unlearn", json={"ids": [examples(unit_rows(3, 4))[0]["id"]]}
+                          ).status_code == 200
+            assert turns == [tid, tid, tid] and sched.busy == 0 and sched.waiting() == 0
+        off = create_app(Settings(data_dir=tmp_path / "off", admin_token=token, log_level="WARNING", compute_slots=0))
+        assert off.state.ctx.scheduler is None
+    finally:
+        sys.setswitchinterval(before)
