@@ -21,6 +21,10 @@ before it is sent, with no CPU spent meanwhile, so each of the flooder's connect
 
 A key seen for the first time (or not seen for ``ATTRIBUTION_SECONDS``) is not yet attributed: its request passes
 the middleware and is admitted right after authentication (app/api/deps.py) instead.
+
+Behind the limits, ``FairScheduler`` orders the admitted requests' computations: per-tenant queues served round
+robin in front of a bounded number of compute slots (``OLU_COMPUTE_SLOTS``), so one tenant's queue never delays
+another's computation by more than one slot's turn (docs/operations.md §10.1).
 """
 from __future__ import annotations
 
