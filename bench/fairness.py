@@ -41,6 +41,7 @@ TARGET = 2.0
 LIMITS_OFF = {"OLU_TENANT_RATE_LIMIT": "0", "OLU_TENANT_MAX_IN_FLIGHT": "0", "OLU_TENANT_COMPUTE_SHARE": "0",
               "OLU_COMPUTE_SLOTS": "0", "OLU_GIL_SWITCH_INTERVAL": "0.005"}  # 0.005: Python's default
 NO_SCHEDULER = {"OLU_COMPUTE_SLOTS": "0", "OLU_GIL_SWITCH_INTERVAL": "0.005"}
+B_THINK = 0.005  # B's pause between predicts: about 150 requests/s, below OLU_TENANT_RATE_LIMIT's 200
 FLOOD_NICE = 19  # the flood processes' niceness: they stand in for remote clients (see the module docstring)
 
 
@@ -144,7 +145,7 @@ def _scenario(name: str, env: dict, quick: bool, server_cpus: set[int] | None, c
                         r = c.post(f"/v1/models/{mids[1]}/predict", content=body)
                         lat[phase].append(time.perf_counter() - t0)
                         b_codes[str(r.status_code)] = b_codes.get(str(r.status_code), 0) + 1
-                        time.sleep(0.002)  # a client with a little think time
+                        time.sleep(B_THINK)  # a client with a little think time, under its own tenant's limits
         on.clear()
         stop.set()
         tally: dict[str, int] = {}
