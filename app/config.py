@@ -74,6 +74,17 @@ class Settings(BaseSettings):
         0.5, ge=0, le=10, allow_inf_nan=False,
         description="Seconds a tenant-limit refusal is held back before it is answered (at most its Retry-After), "
                     "so that a client retrying at once costs a few refusals per second per connection; 0: at once.")
+    compute_slots: int | None = Field(
+        None, ge=0,
+        description="Computations (the worker-thread part of learn, unlearn and large predictions) running at once "
+                    "in a process; more wait in per-tenant queues served round robin, so one tenant's queue does not "
+                    "delay another's requests (app/api/fairness.py FairScheduler); default: the CPUs the process may "
+                    "use minus one (the event loop's), at least 1; 0: off (no queue, only the thread pool).")
+    gil_switch_interval: float = Field(
+        0.001, ge=0, le=1, allow_inf_nan=False,
+        description="Seconds a thread may hold the GIL while another waits for it (sys.setswitchinterval; Python's "
+                    "default is 0.005): the event loop, which answers the small requests, waits at most this long "
+                    "behind a computing worker thread at each step of a request; 0: left as it is.")
     # per-tenant quotas (app/services/quotas.py); the admin sets them per tenant (PUT /v1/tenants/{id}/quotas)
     tenant_max_models: int = Field(
         100, ge=0, description="Default quota: live models per tenant; 0: no limit.")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -11,7 +12,7 @@ from fastapi.routing import APIRoute
 from .api import admin, audit, console, models, problems, system
 from .api.clientaddr import ClientAddress, ClientResolver
 from .api.limits import BodySizeLimit
-from .api.fairness import TenantLimiter
+from .api.fairness import FairScheduler, TenantLimiter, compute_slots
 from .api.ratelimit import AuthFailureThrottle, RateLimit
 from .config import Settings
 from .crypto import Cipher, load_cipher
@@ -41,6 +42,7 @@ class Context:
     metrics: Metrics
     auth_failures: AuthFailureThrottle | None = None  # failed authentications per client address and token
     tenant_limits: TenantLimiter | None = None  # per-tenant requests, concurrency and compute (api/fairness.py)
+    scheduler: FairScheduler | None = None  # per-tenant queues in front of the compute (api/fairness.py)
 
     def readiness(self) -> dict[str, str]:
         checks = {}
@@ -132,6 +134,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if limiter.enabled:
         ctx.tenant_limits = limiter
         ctx.tenants.on_revoke = lambda tenant_id, digest: limiter.forget(tenant_id, digest)
+    if settings.gil_switch_interval:  # process-wide: the event loop's wait behind a computing thread (issue 29)
+        sys.setswitchinterval(settings.gil_switch_interval)
+    slots = compute_slots(settings.compute_slots)
+    if slots:
+        ctx.scheduler = FairScheduler(slots)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

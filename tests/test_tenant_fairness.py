@@ -177,3 +177,126 @@ def test_tenant_rate_limit_is_shared_across_keys(limited):
     time.sleep(1.1)  # refill (no assertion on time: only lets the bucket hold tokens again)
     with srv.client(a_key) as c:
         assert c.get(f"/v1/models/{mid}").json()["n_records"] == 3
+
+
+# ---- the fair scheduler in front of the compute (app/api/fairness.py FairScheduler) ------------------------------
+
+def _scheduled(sched, order: list, tenant: str, name: str, done: asyncio.Event):
+    async def job():
+        async with sched.slot(tenant):
+            order.append(name)
+            await done.wait()
+    return asyncio.ensure_future(job())
+
+
+def test_scheduler_serves_tenants_round_robin_not_in_arrival_order():
+    """A has queued five computations before B's one arrives: B's runs after at most one more of A's."""
+    from app.api.fairness import FairScheduler
+
+    async def main():
+        sched = FairScheduler(1)
+        order: list = []
+        gates = {}
+        jobs = []
+        for i in range(6):
+            gates[f"a{i}"] = asyncio.Event()
+            jobs.append(_scheduled(sched, order, "A", f"a{i}", gates[f"a{i}"]))
+        await asyncio.sleep(0)
+        assert order == ["a0"] and sched.busy == 1 and sched.waiting("A") == 5
+        gates["b0"] = asyncio.Event()
+        jobs.append(_scheduled(sched, order, "B", "b0", gates["b0"]))
+        await asyncio.sleep(0)
+        assert sched.waiting("B") == 1
+        for name in ("a0", "a1", "b0", "a2", "a3", "a4", "a5"):
+            assert order[-1] == name
+            gates[name].set()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        await asyncio.gather(*jobs)
+        assert order == ["a0", "a1", "b0", "a2", "a3", "a4", "a5"] and sched.busy == 0 and sched.waiting() == 0
+
+    asyncio.run(main())
+
+
+def test_scheduler_bounds_computations_at_once_and_per_tenant_and_skips_cancelled_waiters():
+    """3 slots: one tenant holds at most 2, so another's computation starts at once; a waiter whose request went
+    away is skipped."""
+    from app.api.fairness import FairScheduler
+
+    async def main():
+        sched = FairScheduler(3)
+        order: list = []
+        done = asyncio.Event()
+        a = [_scheduled(sched, order, "A", f"a{i}", done) for i in range(4)]
+        await asyncio.sleep(0)
+        assert order == ["a0", "a1"] and sched.busy == 2 and sched.running("A") == 2 and sched.waiting("A") == 2
+        b = [_scheduled(sched, order, "B", f"b{i}", done) for i in range(3)]
+        await asyncio.sleep(0)
+        assert order == ["a0", "a1", "b0"] and sched.busy == 3 and sched.waiting() == 4  # the slot A may not take
+        a[2].cancel()  # its client went away while it waited: it never runs
+        await asyncio.sleep(0)
+        done.set()
+        await asyncio.gather(*a[:2], a[3], *b)
+        assert "a2" not in order and sorted(order) == ["a0", "a1", "a3", "b0", "b1", "b2"]
+        assert sched.busy == 0 and sched.waiting() == 0 and sched.running("A") == 0
+
+    asyncio.run(main())
+
+
+def test_compute_slots_setting():
+    import os
+
+    from app.api.fairness import compute_slots
+
+    assert compute_slots(0) == 0 and compute_slots(3) == 3
+    assert compute_slots(None) == max(2, len(os.sched_getaffinity(0)))
+
+
+def test_service_runs_learn_unlearn_and_large_predicts_through_the_scheduler(tmp_path):
+    """The settings reach the app (OLU_COMPUTE_SLOTS, OLU_GIL_SWITCH_INTERVAL), the compute routes take their
+    tenant's turn, and the small predict is answered on the event loop without one; 0 turns the scheduler off."""
+    import secrets
+    import sys
+
+    from fastapi.testclient import TestClient
+
+    from app.api.fairness import FairScheduler
+    from app.config import Settings
+    from app.main import create_app
+
+    before = sys.getswitchinterval()
+    try:
+        token = "fair-admin-" + secrets.token_hex(16)
+        app = create_app(Settings(data_dir=tmp_path / "on", admin_token=token, rate_limit=0, log_level="WARNING",
+                                  compute_slots=3, gil_switch_interval=0.002, tenant_rate_limit=0,
+                                  tenant_max_in_flight=0, tenant_compute_share=0))
+        assert abs(sys.getswitchinterval() - 0.002) < 1e-9
+        sched = app.state.ctx.scheduler
+        assert isinstance(sched, FairScheduler) and sched.slots == 3 and sched.per_tenant == 2
+        turns: list = []
+        slot = sched.slot
+
+        def recorded(tenant_id):
+            turns.append(tenant_id)
+            return slot(tenant_id)
+
+        sched.slot = recorded
+        with TestClient(app, raise_server_exceptions=False) as c:
+            r = c.post("/v1/tenants", json={"name": "A"}, headers={"authorization": f"Bearer {token}"})
+            tid = r.json()["id"]
+            c.headers["authorization"] = f"Bearer {r.json()['api_key']}"
+            mid = create_model(c)["id"]
+            assert c.post(f"/v1/models/{mid}/learn", json={"examples": examples(unit_rows(3, 4))}).status_code == 200
+            assert turns == [tid]
+            assert c.post(f"/v1/models/{mid}/predict", json={"x": unit_rows(1, 4).tolist()}).status_code == 200
+            assert turns == [tid]  # small: on the event loop, no turn taken
+            app.state.ctx.models.prediction.INLINE_PREDICT_VALUES = 8  # this instance: 3 rows of 4 go to a thread
+            big = unit_rows(3, 4, seed=2)
+            assert c.post(f"/v1/models/{mid}/predict", json={"x": big.tolist()}).status_code == 200
+            assert c.post(f"/v1/models/{mid}/unlearn", json={"ids": [examples(unit_rows(3, 4))[0]["id"]]}
+                          ).status_code == 200
+            assert turns == [tid, tid, tid] and sched.busy == 0 and sched.waiting() == 0
+        off = create_app(Settings(data_dir=tmp_path / "off", admin_token=token, log_level="WARNING", compute_slots=0))
+        assert off.state.ctx.scheduler is None
+    finally:
+        sys.setswitchinterval(before)

@@ -21,13 +21,20 @@ before it is sent, with no CPU spent meanwhile, so each of the flooder's connect
 
 A key seen for the first time (or not seen for ``ATTRIBUTION_SECONDS``) is not yet attributed: its request passes
 the middleware and is admitted right after authentication (app/api/deps.py) instead.
+
+Behind the limits, ``FairScheduler`` orders the admitted requests' computations: per-tenant queues served round
+robin in front of a bounded number of compute slots (``OLU_COMPUTE_SLOTS``), so one tenant's queue never delays
+another's computation by more than one slot's turn (docs/operations.md §10.1).
 """
 from __future__ import annotations
 
+import asyncio
 import math
+import os
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 ATTRIBUTION_SECONDS = 60.0  # a key not authenticated for this long is no longer attributed (revoked elsewhere)
@@ -155,3 +162,94 @@ class TenantLimiter:
 
 def _seconds(wait: float) -> int:
     return max(1, math.ceil(wait)) if wait > 0 else 1
+
+
+class FairScheduler:
+    """Per-tenant queues in front of the compute, served round robin, with at most ``slots`` computations at once and
+    at most ``slots - 1`` of one tenant (at least 1).
+
+    The worker-thread part of learn, unlearn and the predictions too large to answer on the event loop
+    (app/api/models.py) runs only while it holds a slot.  A free slot is taken at once unless others wait or the
+    tenant already holds its most; otherwise the request waits in its tenant's queue, and each freed slot goes to the
+    first tenant of the round that may take one: a tenant served moves to the back of the round.  So one tenant never
+    holds every slot, a request of another tenant waits for at most one slot to free (not for a flooding tenant's
+    whole queue), and the computations running at once stay about the server's cores (``OLU_COMPUTE_SLOTS``): fewer
+    threads compete with the event loop for the GIL, and the loop answers the small requests (issue 29).
+    Event-loop only (no lock): ``slot`` is awaited from the handlers.
+    """
+
+    def __init__(self, slots: int):
+        self.slots = max(1, int(slots))
+        self.per_tenant = max(1, self.slots - 1)
+        self.busy = 0
+        self._running: dict[str, int] = {}  # tenant -> slots it holds
+        self._queues: OrderedDict[str, deque] = OrderedDict()  # tenant -> its waiters (futures), in round order
+
+    def waiting(self, tenant_id: str | None = None) -> int:
+        if tenant_id is not None:
+            return len(self._queues.get(tenant_id, ()))
+        return sum(len(q) for q in self._queues.values())
+
+    def running(self, tenant_id: str) -> int:
+        return self._running.get(tenant_id, 0)
+
+    def _take(self, tenant_id: str) -> None:
+        self.busy += 1
+        self._running[tenant_id] = self._running.get(tenant_id, 0) + 1
+
+    def _grant(self) -> None:
+        while self.busy < self.slots:
+            for tenant, queue in self._queues.items():  # the first of the round that may take one more
+                if self._running.get(tenant, 0) < self.per_tenant:
+                    break
+            else:
+                return
+            waiter = queue.popleft()
+            if queue:
+                self._queues.move_to_end(tenant)  # served: to the back of the round
+            else:
+                del self._queues[tenant]
+            if waiter.done():  # its request went away (cancelled) while it waited
+                continue
+            self._take(tenant)
+            waiter.set_result(None)
+
+    def _release(self, tenant_id: str) -> None:
+        self.busy -= 1
+        left = self._running[tenant_id] - 1
+        if left:
+            self._running[tenant_id] = left
+        else:
+            del self._running[tenant_id]
+        self._grant()
+
+    @asynccontextmanager
+    async def slot(self, tenant_id: str):
+        if self.busy < self.slots and not self._queues and self._running.get(tenant_id, 0) < self.per_tenant:
+            self._take(tenant_id)
+        else:
+            waiter = asyncio.get_running_loop().create_future()
+            self._queues.setdefault(tenant_id, deque()).append(waiter)
+            self._grant()  # a slot may be free for this tenant while the ones queued are at their most
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():  # granted just as it was cancelled: hand it on
+                    self._release(tenant_id)
+                raise
+        try:
+            yield
+        finally:
+            self._release(tenant_id)
+
+
+def compute_slots(setting: int | None) -> int:
+    """``OLU_COMPUTE_SLOTS``: None (unset) is the number of CPUs this process may run on, at least 2 (so that one
+    tenant, which holds at most all but one, leaves a slot to the others); 0 turns the scheduler off."""
+    if setting is not None:
+        return max(0, int(setting))
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(2, cpus)

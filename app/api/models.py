@@ -97,7 +97,17 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
         return idempotent.run(request, p.tenant_id, batch.model, LearnResponse, 200, lambda guard: models.learning.learn(
             p.tenant_id, model_id, batch.ids, batch.X, batch.y, guard, batch.F))
 
-    return await run_in_threadpool(work)
+    return await _compute(request, p.tenant_id, work)
+
+
+async def _compute(request: Request, tenant_id: str, fn, *args):
+    """``fn(*args)`` on a worker thread once the tenant's turn in the fair scheduler comes (app/api/fairness.py
+    FairScheduler; OLU_COMPUTE_SLOTS), directly when it is off."""
+    scheduler = getattr(get_ctx(request), "scheduler", None)
+    if scheduler is None:
+        return await run_in_threadpool(fn, *args)
+    async with scheduler.slot(tenant_id):
+        return await run_in_threadpool(fn, *args)
 
 
 def install_openapi(app) -> None:
@@ -144,8 +154,8 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer,
     models = get_ctx(request).models
     examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
                 if body.examples else None)
-    return await run_in_threadpool(idempotent.run, request, p.tenant_id, body, UnlearnResponse, 200,
-                                   lambda guard: models.forgetting.unlearn(p.tenant_id, model_id, list(body.ids), guard, examples))
+    return await _compute(request, p.tenant_id, idempotent.run, request, p.tenant_id, body, UnlearnResponse, 200,
+                          lambda guard: models.forgetting.unlearn(p.tenant_id, model_id, list(body.ids), guard, examples))
 
 
 @router.post("/{model_id}/retrain", response_model=RetrainResponse, responses=responses(401, 403, 404, 409, 422))
@@ -172,7 +182,7 @@ async def predict(model_id: ModelId, request: Request, p: Predictor,
     if models.prediction.predict_inline(body.x if features is None else features):  # small SQLite reads answer on the event
         return idempotent.json_response(PredictResponse, models.prediction.predict(  # loop (no worker-thread hop)
             p.tenant_id, model_id, body.x, inline=True, features=features))
-    return await run_in_threadpool(lambda: idempotent.json_response(
+    return await _compute(request, p.tenant_id, lambda: idempotent.json_response(
         PredictResponse, models.prediction.predict(p.tenant_id, model_id, body.x, features=features)))
 
 
