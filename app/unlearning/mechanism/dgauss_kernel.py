@@ -367,9 +367,12 @@ _PY["_noise_step"] = _noise_step
 _PY["_release_kernel"] = _release_kernel
 _PY["_ulp"] = _ulp
 _PY["_discrete_release_kernel"] = _discrete_release_kernel
-# every helper but the block function is inlined into the kernel (numba inline="always"): the bit reader's state
-# tuple then never crosses a call boundary (~25 % less time per draw than calls to the Bernoulli helpers)
-_INLINE = frozenset(("_ulp", "_qr", "_key_word", "_word", "_take", "_bitlen", "_randbelow", "_bern_frac", "_bern_exp_series",
+# the small helpers are inlined into the kernel (numba inline="always"), so the bit reader's state tuple rarely
+# crosses a call boundary; _bern_exp_series is not: numba inlines at the IR level at every call site, and its five
+# sites (nested through _bern_exp_product) made the cold compilation take ~96 s on an idle 2-core machine, ~3x the
+# time with it compiled once and called (issue 31: CI and image builds compile it; the draws are the same integers,
+# and 64-draw releases timed side by side were no slower: 22-27 us vs 23-36 us, loaded machine)
+_INLINE = frozenset(("_ulp", "_qr", "_key_word", "_word", "_take", "_bitlen", "_randbelow", "_bern_frac",
                      "_bern_exp_product", "_gauss_one"))
 
 

@@ -7,7 +7,7 @@ this module registers ``sample`` as noise.py's sampler (``noise.use_sampler``): 
 
 Speed (d + 1 = 17 draws at sigma ~ 1e4 - 1e5, the size of a forget; 2-core VM shared with other work).  About 60
 keystream bits per draw (Bernoulli(num/den) reads 2 bits on average instead of bitlen(den) ~ 60); every helper
-is inlined into the kernel and the bit reader keeps its last word, ~0.15 us per draw, most of it branch
+but one (dgauss_kernel.py says why) is inlined into the kernel and the bit reader keeps its last word, ~0.15 us per draw, most of it branch
 mispredictions on random bits (the same 17 draws from a fixed key take half as long); ``secure_release`` draws,
 rounds to the grid and projects in one call (~2 us fixed: os.urandom, dispatch, first block);
 ``secure_discrete_release`` also computes the grid, sigma', its 29-bit rounding and exact ratio in that call
