@@ -34,8 +34,8 @@ from .common import fmt_rate, fmt_time, machine
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "fairness",
-            "accuracy", "scale_accuracy", "replay")
-DEFAULT_SECTIONS = SECTIONS[:-6]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy and
+            "accuracy", "scale_accuracy", "replay", "models")
+DEFAULT_SECTIONS = SECTIONS[:-7]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy and
 # replay run when named
 
 TARGETS = {
@@ -299,6 +299,13 @@ def main(argv=None) -> None:
             cpus = {int(c) for c in a.server_cpus.split(",") if c.strip()} or None
             res["fairness"] = fairness.run(a.quick, cpus)
             print("\n".join(fairness.table(res["fairness"])))
+        elif name == "models":  # bench/models.py: 10^4 models on one PostgreSQL; a full run rewrites its docs part
+            from . import models
+            res["models"] = models.run(a.quick)
+            print("\n".join(models.table(res["models"])))
+            (a.out / "models.json").write_text(json.dumps(res["models"], indent=2, default=str) + "\n")
+            if a.docs or not a.quick:
+                print(f"wrote {models.write_docs(res['models'], ROOT / 'docs' / 'performance.md')}")
         elif name == "coldstart":
             from . import coldstart
             res["coldstart"] = coldstart.run(a.quick)
