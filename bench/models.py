@@ -278,7 +278,7 @@ def markdown(r: dict) -> str:
            f"(load average {', '.join(f'{x:.1f}' for x in m['load_avg'])}: the machine was shared and loaded)"
            f"{', quick form' if r['quick'] else ''}. Passive OLU logistic at d = {r['d']}; each model learned "
            f"{r['setup_records']} records at setup. Two services (one uvicorn process each, the same settings, "
-           "tenant quotas raised and rate limits off) on two PostgreSQL 15 databases: one holds a single model, "
+           f"rate limits off, the models quota raised, {_quotas(r)}) on two PostgreSQL 15 databases: one holds a single model, "
            "the other N models. One client alternates each request between them (the N side on a random model), "
            f"{r['n_ops']} requests per operation and side; learn = {r['learn_batch']} records, predict = 1 row, "
            "unlearn = 1 record. Ratios are N / single from the same run.", "",
@@ -305,6 +305,13 @@ def markdown(r: dict) -> str:
     out.append("Bytes per model: (database size with N models − with one) / (N − 1), tables with their indexes and "
                "TOAST; record_batches per record: that table's bytes over the records learned at setup.")
     return "\n".join(out)
+
+
+def _quotas(r: dict) -> str:
+    env = r.get("env", ENV)
+    off = [q for q in ("records", "bytes") if env.get(f"OLU_TENANT_MAX_{q.upper()}") == "0"]
+    return ("the records and bytes quotas at their defaults" if not off else
+            f"the {' and '.join(off)} quota{'s' if len(off) > 1 else ''} off")
 
 
 def write_docs(r: dict, path: Path) -> Path:
