@@ -24,7 +24,10 @@ the generated "Accuracy at scale" and "Membership inference after forgetting" pa
 docs/membership.png; bench/accuracy/scale_accuracy.py), replay (exact forgets of retrain and sisa at 1e4-1e6 records, compiled
 and fallback loop, descent_to_delete learning in requests of 1 000, the retained-example read rate; bench/performance/replay.py),
 scale_n (learn per example, forget, memory and database bytes per record at 1e4-1e7 records for every family, with
-a per-family time cap; accuracy at 1e6; ``--docs`` rewrites its generated part of docs/performance.md; bench/performance/scale_n.py).
+a per-family time cap; accuracy at 1e6; ``--docs`` rewrites its generated part of docs/performance.md; bench/performance/scale_n.py), models (10^4 models
+of one tenant and of 100 tenants on one PostgreSQL: learn, predict and unlearn p50/p99 against a single model in the
+same run, database bytes and server memory; a full run rewrites its generated part of docs/performance.md;
+bench/scale/models.py).
 """
 from __future__ import annotations
 
@@ -39,9 +42,9 @@ from .common import fmt_rate, fmt_time, machine
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "fairness",
-            "accuracy", "scale_accuracy", "replay", "scale_n")
-DEFAULT_SECTIONS = SECTIONS[:-7]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy and
-# replay run when named
+            "accuracy", "scale_accuracy", "replay", "scale_n", "models")
+DEFAULT_SECTIONS = SECTIONS[:7]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy,
+# replay, scale_n and models run when named
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
@@ -336,6 +339,13 @@ def main(argv=None) -> None:
             cpus = {int(c) for c in a.server_cpus.split(",") if c.strip()} or None
             res["fairness"] = fairness.run(a.quick, cpus)
             print("\n".join(fairness.table(res["fairness"])))
+        elif name == "models":  # bench/scale/models.py: 10^4 models on one PostgreSQL; a full run rewrites its docs part
+            from .scale import models
+            res["models"] = models.run(a.quick)
+            print("\n".join(models.table(res["models"])))
+            (a.out / "models.json").write_text(json.dumps(res["models"], indent=2, default=str) + "\n")
+            if a.docs or not a.quick:
+                print(f"wrote {models.write_docs(res['models'], ROOT / 'docs' / 'performance.md')}")
         elif name == "coldstart":
             from .performance import coldstart
             res["coldstart"] = coldstart.run(a.quick)

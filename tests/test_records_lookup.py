@@ -230,3 +230,26 @@ def test_the_book_keeps_a_bounded_number_of_indexes():
     assert list(book._indexes) == ["m7"]
     book._index("m7").add(2, np.arange(5000, dtype=np.int64))
     assert book._index("m7").size == 6000 and list(book._indexes) == ["m7"]
+
+
+def test_the_books_running_total_is_the_sum_of_the_indexes_it_holds():
+    """The book keeps the lookups it holds as a running total (no O(models) sum per request): it always equals the
+    sum over the indexes still in the book; an index dropped from it (evicted, or pushed out) no longer counts, even
+    when a request still holding it adds a batch."""
+    from app.db.record_batches import RecordBook
+
+    book = RecordBook(max_entries=10_000, is_postgresql=False, max_models=4)
+    held = {}
+    for i in range(6):
+        held[i] = book._index(f"m{i}")
+        held[i].add(1, np.arange(100 * (i + 1), dtype=np.int64))
+        assert book._total == sum(x.size for x in book._indexes.values())
+    assert list(book._indexes) == ["m2", "m3", "m4", "m5"]
+    held[0].add(2, np.arange(7000, dtype=np.int64))  # m0 was pushed out: its growth is not the book's
+    assert held[0].size == 7100 and book._total == 300 + 400 + 500 + 600
+    book.evict("m3")
+    assert book._total == 300 + 500 + 600 and held[3].book is None
+    book._index("m5").add(2, np.arange(9000, dtype=np.int64))
+    assert book._total == 300 + 500 + 9600
+    book._index("m5")  # over max_entries: the least recently used go first, the one in use stays
+    assert list(book._indexes) == ["m5"] and book._total == 9600

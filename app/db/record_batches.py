@@ -66,11 +66,12 @@ def _merge(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -
 class RecordIndex:
     """The lookups of one model's batches, as sorted runs of (lookup, batch_id << SLOT_BITS | slot)."""
 
-    def __init__(self) -> None:
+    def __init__(self, book: RecordBook | None = None) -> None:
         self.lock = threading.Lock()
         self.last_batch = 0  # the highest batch id held; batches are added in id order
         self.version = None  # a model version this index is known to be complete for (see RecordBook.find)
         self.size = 0
+        self.book = book  # the book whose running total counts this index (None once it is dropped from it)
         self.runs: list[tuple[np.ndarray, np.ndarray]] = []
 
     def add(self, batch_id: int, lookups: np.ndarray) -> None:
@@ -79,7 +80,11 @@ class RecordIndex:
         order = np.argsort(lookups, kind="stable")
         self.runs.append((lookups[order], (np.int64(batch_id) << SLOT_BITS) | order.astype(np.int64)))
         self.last_batch = batch_id
-        self.size += len(lookups)
+        book = self.book
+        if book is None:
+            self.size += len(lookups)
+        else:
+            book._grew(self, len(lookups))
         while len(self.runs) > 1 and 2 * len(self.runs[-1][0]) >= len(self.runs[-2][0]):
             newer = self.runs.pop()
             self.runs.append(_merge(self.runs.pop(), newer))
@@ -131,22 +136,36 @@ class RecordBook:
         self.is_postgresql = is_postgresql
         self._indexes: OrderedDict[str, RecordIndex] = OrderedDict()
         self._lock = threading.Lock()
+        # the lookups held over all indexes, kept as they grow: summing them on every request cost O(models)
+        # (0.7 ms per request with 10^4 models, bench --sections models)
+        self._total = 0
+
+    def _grew(self, idx: RecordIndex, n: int) -> None:
+        """``idx`` holds ``n`` more lookups (its size and the total change together, under the book's lock)."""
+        with self._lock:
+            idx.size += n
+            if idx.book is self:
+                self._total += n
+
+    def _drop(self, idx: RecordIndex) -> None:  # under self._lock
+        idx.book = None
+        self._total -= idx.size
 
     def _index(self, model_id: str) -> RecordIndex:
         with self._lock:
             idx = self._indexes.get(model_id)
             if idx is None:
-                idx = self._indexes[model_id] = RecordIndex()
+                idx = self._indexes[model_id] = RecordIndex(self)
             self._indexes.move_to_end(model_id)
-            total = sum(i.size for i in self._indexes.values())
-            while (total > self.max_entries or len(self._indexes) > self.max_models) and len(self._indexes) > 1:
-                _, old = self._indexes.popitem(last=False)
-                total -= old.size
+            while (self._total > self.max_entries or len(self._indexes) > self.max_models) and len(self._indexes) > 1:
+                self._drop(self._indexes.popitem(last=False)[1])
             return idx
 
     def evict(self, model_id: str) -> None:
         with self._lock:
-            self._indexes.pop(model_id, None)
+            idx = self._indexes.pop(model_id, None)
+            if idx is not None:
+                self._drop(idx)
 
     def find(self, conn, model_id: str, digests: Sequence[bytes], version: int | None = None
              ) -> tuple[dict[int, Found], Probe]:

@@ -76,9 +76,7 @@ class Learning(UseCase):
                 old_bytes = row.bytes_stored
                 self._store(s, row, engine, now, n_records=row.n_records + len(ids))
                 # under the tenant's row lock: concurrent learns of the tenant's models do not pass a quota together
-                after = self.quotas.usage_locked(s, tenant_id)
-                grew = {"records": len(ids), "bytes": row.bytes_stored - old_bytes}
-                self.quotas.check(s, tenant_id, grew, usage={k: after[k] - grew.get(k, 0) for k in after})
+                self.quotas.check_locked(s, tenant_id, {"records": len(ids), "bytes": row.bytes_stored - old_bytes})
                 result = {"accepted": len(ids), "first_step": int(steps[0]), "last_step": int(steps[-1]),
                           "version": row.version}
                 restarts = engine.restart_steps(steps)  # steps whose forget will be an exact restart (public)
