@@ -56,3 +56,58 @@ def test_other_database_errors_stay_500():
 def test_lost_or_no_connection_is_503(exc):
     r = TestClient(_app(exc), raise_server_exceptions=False).get("/boom")
     assert r.status_code == 503 and r.json()["type"].endswith("database-unavailable"), r.text
+
+
+def _engine_app(url: str) -> FastAPI:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url, pool_pre_ping=True)
+    app = FastAPI()
+    problems.install(app)
+
+    @app.get("/count")
+    def count():
+        with engine.connect() as c:
+            return {"n": c.execute(text("SELECT 1")).scalar()}
+
+    return app
+
+
+def test_database_host_that_does_not_resolve_is_503(monkeypatch):
+    """The path of the compose fault test's 500s: a killed PostgreSQL container leaves the network's DNS, and psycopg
+    (3.2+) resolves the host itself, raising OperationalError("failed to resolve host 'postgres': [Errno -2] ...")
+    with no SQLSTATE and none of the libpq phrases.  Real engine, real psycopg; only the resolver is made to fail
+    (as it does for a container that is gone), so the test neither waits on nor depends on a DNS server."""
+    import socket
+
+    from psycopg import _conninfo_attempts
+
+    def gone(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(_conninfo_attempts.socket, "getaddrinfo", gone)
+    r = TestClient(_engine_app("postgresql+psycopg://olu@postgres:5432/olu"),
+                   raise_server_exceptions=False).get("/count")
+    assert r.status_code == 503, r.text
+    assert r.json()["type"].endswith("database-unavailable") and r.headers["retry-after"] == "2"
+    assert "postgres" not in r.json().get("detail", "")
+
+
+@pytest.mark.parametrize("orig", [
+    psycopg.OperationalError("failed to resolve host 'postgres': [Errno -3] Temporary failure in name resolution"),
+    psycopg.errors.ConnectionTimeout("connection timeout expired"),
+    psycopg.OperationalError("connection is bad: no connection to the server"),
+])
+def test_client_side_connection_errors_are_503(orig):
+    """psycopg's OperationalError without a SQLSTATE comes from the client when there is no connection."""
+    r = TestClient(_app(OperationalError("SELECT 1", {}, orig)), raise_server_exceptions=False).get("/boom")
+    assert r.status_code == 503, r.text
+
+
+def test_server_reported_operational_error_stays_500():
+    """An OperationalError the server reports carries its SQLSTATE (here 53100, disk full): not an outage of the
+    connection, so it is not dressed as a retryable 503 by the no-SQLSTATE rule."""
+    orig = psycopg.errors.DiskFull("could not extend file")
+    assert orig.sqlstate == "53100"
+    r = TestClient(_app(OperationalError("INSERT", {}, orig)), raise_server_exceptions=False).get("/boom")
+    assert r.status_code == 500, r.text

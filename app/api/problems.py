@@ -180,14 +180,30 @@ def is_unavailable(exc: DBAPIError) -> bool:
     """The database server cannot be reached (stopped, restarting, connection lost): a 503, not a 500."""
     if exc.connection_invalidated:
         return True
-    state = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    orig = getattr(exc, "orig", None)
+    state = getattr(orig, "sqlstate", None)
     if state is not None:
         return state.startswith("08") or state in UNAVAILABLE_SQLSTATES
+    if _client_side_connection_error(orig):
+        return True
     # a connection that could not be made has no SQLSTATE (psycopg: "connection failed", "server closed")
     text = str(getattr(exc, "orig", exc)).lower()
     return any(s in text for s in ("connection failed", "connection refused", "server closed the connection",
                                    "connection is closed", "could not connect", "terminating connection",
                                    "the database system is"))
+
+
+def _client_side_connection_error(orig: BaseException | None) -> bool:
+    """psycopg's OperationalError without a SQLSTATE: raised by the client, not reported by the server, only when no
+    connection could be made or the one in use was lost -- the host name did not resolve ("failed to resolve host
+    'postgres'", what a killed PostgreSQL container gives while its name is out of the network's DNS: the 500s of
+    the compose fault test, issue 31 item 4), the connect timed out (ConnectionTimeout), the socket broke.  An error
+    the server reports (a constraint, a syntax error, a cancelled statement) always carries its SQLSTATE."""
+    if orig is None or not type(orig).__module__.startswith("psycopg"):
+        return False
+    import psycopg
+
+    return isinstance(orig, psycopg.OperationalError)
 
 
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
