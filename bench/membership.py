@@ -314,11 +314,15 @@ def power_verdict(row: dict[str, Any]) -> dict[str, Any]:
     """Per family, from both attacks: ``power`` -- before any forget, retained vs never-seen has AUC >= 0.6 with
     its interval above 0.5 for at least one attack (the attack can see membership in this family's published
     model); ``leaks`` -- after the forgets, forgotten vs never-seen has its interval above 0.5 for at least one
-    attack (the attack still sees the forgotten records); ``max_forgotten`` -- the larger forgotten AUC."""
+    attack (the attack still sees the forgotten records); ``power_after`` -- the records still retained after the
+    forgets pass the ``power`` test (without it, forgotten ≈ 0.5 only says that the model remembers nothing the
+    attacks see); ``max_forgotten`` -- the larger forgotten AUC."""
     before = [row.get("before", {}).get(a, {}).get("retained") for a in ATTACKS]
     after = [row.get("after", {}).get(a, {}).get("forgotten") for a in ATTACKS]
-    before, after = [v for v in before if v], [v for v in after if v]
+    kept = [row.get("after", {}).get(a, {}).get("retained") for a in ATTACKS]
+    before, after, kept = [v for v in before if v], [v for v in after if v], [v for v in kept if v]
     return {"power": any(v["auc"] >= 0.6 and v["lo"] > 0.5 for v in before),
+            "power_after": any(v["auc"] >= 0.6 and v["lo"] > 0.5 for v in kept),
             "leaks": any(v["lo"] > 0.5 for v in after),
             "inside": bool(after) and all(v["lo"] <= 0.5 <= v["hi"] for v in after),
             "max_forgotten": max((v["auc"] for v in after), default=float("nan"))}
@@ -365,23 +369,26 @@ def power_markdown(r: dict[str, Any]) -> list[str]:
              f"{fl.get('forgotten', float('nan')):.3f} of the forgotten, {fl.get('retained', float('nan')):.3f} of "
              f"the retained records (the loss attack, uncalibrated, moves with it; LiRA calibrates each record).",
              "",
-             "| family | attack | before: retained | after: forgotten | after: retained | σ mean | verdict |",
-             "|---|---|---|---|---|---|---|"]
+             "| family | attack | before: retained | after: forgotten | after: retained | σ mean | accuracy "
+             "before → after | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
     for fam, row in r["families"].items():
         if "skipped" in row:
-            lines.append(f"| {fam} | - | skipped: {row['skipped']} | | | | |")
+            lines.append(f"| {fam} | - | skipped: {row['skipped']} | | | | | |")
             continue
         v = power_verdict(row)
         verdict = ("exact; " if exact_family(row) else "") + (
             f"**leaks** (AUC up to {v['max_forgotten']:.3f})" if v["leaks"] else
             "0.5 inside both intervals" if v["inside"] else "interval below 0.5")
-        verdict += "" if v["power"] else "; the attack has no power on this model (before: retained ≈ 0.5)"
+        verdict += ("; no power on this model (before: retained ≈ 0.5)" if not v["power"] else
+                    "" if v["power_after"] else "; no power left after the forgets (after: retained < 0.6)")
         if row.get("refused"):
             verdict += f"; {row['refused']}"
         for a in ATTACKS:
             after = row.get("after", {}).get(a, {})
             lines.append(f"| {fam} | {a} | {_cell(row['before'][a]['retained'])} | {_cell(after.get('forgotten'))} "
-                         f"| {_cell(after.get('retained'))} | {row['sigma_mean']:.3g} | {verdict} |")
+                         f"| {_cell(after.get('retained'))} | {row['sigma_mean']:.3g} | {row['accuracy before']:.3f} → "
+                         f"{row['accuracy_after']:.3f} | {verdict} |")
     exact = [f for f, row in r["families"].items() if "skipped" not in row and exact_family(row)]
     leak = [f for f, row in r["families"].items() if "skipped" not in row and power_verdict(row)["leaks"]]
     lines += ["", f"Exact families (every forget certified exact, σ = 0): {', '.join(exact) or 'none'}.  "

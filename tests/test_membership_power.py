@@ -43,7 +43,9 @@ def test_verdicts():
            "after": {"loss": {"forgotten": cell(0.5, 0.45, 0.55)}, "lira": {"forgotten": cell(0.58, 0.52, 0.64)}},
            "done": 3, "sigma_mean": 0.0, "mechanisms": ["exact"]}
     v = M.power_verdict(row)
-    assert v["power"] and v["leaks"] and not v["inside"] and v["max_forgotten"] == 0.58
+    assert v["power"] and v["leaks"] and not v["inside"] and v["max_forgotten"] == 0.58 and not v["power_after"]
+    row["after"]["loss"]["retained"] = cell(0.7, 0.66, 0.74)
+    assert M.power_verdict(row)["power_after"]
     row["after"]["lira"]["forgotten"] = cell(0.52, 0.47, 0.57)
     row["before"]["loss"]["retained"] = cell(0.59, 0.55, 0.63)  # interval above 0.5 but AUC < 0.6: no power
     v = M.power_verdict(row)
