@@ -82,7 +82,8 @@ def test_power_run_tiny(tmp_path):
     again = M.power_run(["retrain"], log=lines.append, **TINY)
     assert again["families"]["retrain"]["after"] == r["families"]["retrain"]["after"]
     # the generated part: markers, one row per family and attack, rewritten in place
-    r.update(machine={"date_utc": "2026-01-01 00:00:00", "nproc": "2", "cpu": "x", "load_avg": [1.0]}, commit="abc")
+    r.update(machine={"date_utc": "2026-01-01 00:00:00", "nproc": "2", "cpu": "x", "load_avg": [1.0]}, commit="abc",
+             replicates=[again])
     doc = tmp_path / "docs" / "accuracy.md"
     doc.parent.mkdir()
     doc.write_text("# Accuracy\n\nprose before\n")
@@ -91,4 +92,7 @@ def test_power_run_tiny(tmp_path):
     text = doc.read_text()
     assert text.count(M.POWER_BEGIN) == 1 and text.count(M.POWER_END) == 1 and "prose before" in text
     assert "commit abc" in text and sum(line.startswith("| retrain |") for line in text.splitlines()) == 2
+    # the summary across seeds: the families present in every run, with both attacks' intervals counted
+    assert "Across 2 seeds" in text and "| retrain (exact) |" in text and "of 4 |" in text
+    assert not any(line.startswith("| passive_olu |") and "of 4" in line for line in text.splitlines())
     assert (tmp_path / "out" / "membership_power.json").exists()
