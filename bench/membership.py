@@ -386,7 +386,8 @@ def power_markdown(r: dict[str, Any]) -> list[str]:
         verdict = ("exact; " if exact_family(row) else "") + (
             f"**leaks** (AUC up to {v['max_forgotten']:.3f})" if v["leaks"] else
             "0.5 inside both intervals" if v["inside"] else "interval below 0.5")
-        verdict += ("; no power on this model (before: retained ≈ 0.5)" if not v["power"] else
+        verdict += ("; no power on this model (before: retained AUC < 0.6 or its interval reaches 0.5)"
+                    if not v["power"] else
                     "" if v["power_after"] else "; no power left after the forgets (after: retained < 0.6)")
         if row.get("refused"):
             verdict += f"; {row['refused']}"
