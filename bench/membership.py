@@ -1,6 +1,8 @@
 """Membership inference against a published model, from ``engine.predict`` only (so ensembles work too):
 the loss-threshold attack and offline LiRA with shadow models, the AUC of two record sets with a bootstrap
-confidence interval.  Used by bench/scale_accuracy.py (section ``scale_accuracy``; docs/accuracy.md).
+confidence interval.  Used by bench/scale_accuracy.py (section ``scale_accuracy``; docs/accuracy.md), and by the
+section ``membership_power`` below (``power_*``: a setting where the exact retrain memorises, so that a forgotten
+AUC of 0.5 means something; docs/accuracy.md, "Membership inference with power"; issue 30 item 4).
 
 * Loss-threshold attack (Yeom et al. 2018): a record is called a member when the model's confidence on its true
   label is high; the attack's score is that confidence (equivalently minus the per-record log loss).
