@@ -253,7 +253,7 @@ def power_run(families: list[str] | None = None, n: int = POWER_N, n_test: int =
         t1 = time.perf_counter()
         seeds = iter(range(1000, 1000 + shadows))
 
-        def train(Xs, ys, algorithm=algorithm):
+        def train(Xs, ys, algorithm=algorithm, seeds=seeds):
             return EngineRun(algorithm, Xs, ys, n_forget, seed=next(seeds)).learn()
 
         out = Shadows(train, Xp, yp, shadows, seed=seed + 2).fit(XA, yA)

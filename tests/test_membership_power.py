@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("scipy")
 
-from bench import membership as M  # noqa: E402
+from bench import membership as M
 
 TINY = {"n": 60, "n_test": 120, "dim": 240, "n_forget": 20, "shadows": 2}
 
@@ -67,7 +67,7 @@ def test_power_run_tiny(tmp_path):
     lines: list[str] = []
     r = M.power_run(["retrain", "passive_olu"], log=lines.append, **TINY)
     assert set(r["families"]) == {"retrain", "passive_olu"} and len(lines) == 2
-    for fam, row in r["families"].items():
+    for row in r["families"].values():
         assert row["done"] == TINY["n_forget"]
         for a in M.ATTACKS:
             for cell in (row["before"][a]["retained"], row["after"][a]["forgotten"], row["after"][a]["retained"]):
