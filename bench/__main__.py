@@ -21,7 +21,10 @@ within 2x of p99 alone; ``--server-cpus 0,1`` pins the server to 2 cores; bench/
 scale_accuracy (held-out accuracy and cost per forget on a 1e5-record stream at deletion rates 1e-4, 1e-3, 1e-2,
 every family beside the exact retrain, and membership inference on the forgotten records; a full run rewrites
 the generated "Accuracy at scale" and "Membership inference after forgetting" parts of docs/accuracy.md and
-docs/membership.png; bench/accuracy/scale_accuracy.py), replay (exact forgets of retrain and sisa at 1e4-1e6 records, compiled
+docs/membership.png; bench/accuracy/scale_accuracy.py), membership_power (membership inference in a setting where the
+exact retrain memorises -- d = n = 400, label flips 0.2 -- before and after forgetting 100 records, every family;
+a full run rewrites the generated "Membership inference with power" part of docs/accuracy.md;
+bench/accuracy/membership.py), replay (exact forgets of retrain and sisa at 1e4-1e6 records, compiled
 and fallback loop, descent_to_delete learning in requests of 1 000, the retained-example read rate; bench/performance/replay.py),
 scale_n (learn per example, forget, memory and database bytes per record at 1e4-1e7 records for every family, with
 a per-family time cap; accuracy at 1e6; ``--docs`` rewrites its generated part of docs/performance.md; bench/performance/scale_n.py), models (10^4 models
@@ -42,9 +45,9 @@ from .common import fmt_rate, fmt_time, machine
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "fairness",
-            "accuracy", "scale_accuracy", "replay", "scale_n", "models")
+            "accuracy", "scale_accuracy", "replay", "scale_n", "models", "membership_power")
 DEFAULT_SECTIONS = SECTIONS[:7]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy,
-# replay, scale_n and models run when named
+# replay, scale_n, models and membership_power run when named
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
@@ -326,6 +329,14 @@ def main(argv=None) -> None:
             made_sa = scale_accuracy.write_docs(res["scale_accuracy"], a.out,
                                                 ROOT / "docs" if a.docs or not a.quick else None)
             print("wrote " + ", ".join(str(p) for p in made_sa))
+        elif name == "membership_power":
+            from .accuracy import membership
+            res["membership_power"] = membership.power(a.quick)
+            print("\n".join(membership.power_table(res["membership_power"])))
+            # like accuracy: a full run rewrites its generated part of docs/accuracy.md; --quick only with --docs
+            made_mp = membership.power_write_docs(res["membership_power"], a.out,
+                                                  ROOT / "docs" if a.docs or not a.quick else None)
+            print("wrote " + ", ".join(str(p) for p in made_mp))
         elif name == "stream":
             from .performance import stream
             res["stream"] = stream.run(a.quick, backends)
