@@ -51,6 +51,8 @@ DEFAULT_SECTIONS = SECTIONS[:7]  # the performance sections; scale, coldstart, f
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
+    "ridge_vs_passive_engine_d64": ("exact_ridge learn ingest >= 0.5x passive_olu's at the engine, d = 64", 0.5),
+    "ridge_vs_passive_http_d64": ("exact_ridge learn ingest >= 0.5x passive_olu's over HTTP (SQLite, d = 64)", 0.5),
     "ingest_1000_vs_bare": ("batch ingest (1000, d = 64, durable) >= 4x bare FastAPI pydantic endpoint", 4.0),
     "unlearn1_p50_sqlite": ("passive unlearn(1) p50 <= 5 ms on SQLite (signing + commit)", 0.005),
     "predict_p50_sqlite": ("predict p50 <= 2 ms", 0.002),
@@ -68,6 +70,11 @@ def _engine_table(r: dict) -> list[str]:
                      f"{fmt_rate(row.get('river')):>8} {_x(row.get('ratio_vs_river')):>8} "
                      f"{_x(row.get('ratio_event_vs_river')):>15} {_x(row['ratio_vs_numpy_loop']):>13}")
     lines.append(f"compiled vs numpy path, max |theta difference| at d=64: {r['max_abs_gap_fast_vs_numpy_d64']}")
+    if r.get("exact_ridge_d64"):
+        e = r["exact_ridge_d64"]
+        lines.append(f"exact_ridge vs passive_olu, d = 64, requests of {e['batch']}, published weights read after "
+                     f"each: {fmt_rate(e['events_per_s']['exact_ridge'])} vs "
+                     f"{fmt_rate(e['events_per_s']['passive_olu'])} events/s ({e['ratio']:.2f})")
     return lines
 
 
@@ -98,6 +105,12 @@ def _http_table(r: dict) -> list[str]:
         for name, row in b["ingest"].items():
             lines.append(f"{backend:>10} {row['shape']:>9} {row['batch']:>6} {fmt_rate(row['events_per_s']):>9} "
                          f"{fmt_time(row['p50_s']):>10} {fmt_time(row['p99_s']):>10} {_x(row['ratio_vs_bare']):>7}")
+    for backend, b in r["backends"].items():
+        if b.get("families_1000"):
+            f = b["families_1000"]
+            lines.append(f"{backend:>10} exact_ridge vs passive_olu, {f['shape']}, requests of {f['batch']}: "
+                         f"{fmt_rate(f['events_per_s']['exact_ridge'])} vs {fmt_rate(f['events_per_s']['passive_olu'])}"
+                         f" events/s ({f['ratio']:.2f})")
     lines.append("")
     lines.append(f"{'backend':>10} {'operation':>11} {'p50':>10} {'p99':>10}")
     for backend, b in r["backends"].items():
@@ -148,6 +161,9 @@ def targets(res: dict) -> dict:
         row = next(r for r in res["engine"]["rows"] if r["d"] == 64)
         v = row.get("ratio_vs_river")
         put("engine_vs_river_d64", v, v is not None and v >= 10)
+        if res["engine"].get("exact_ridge_d64"):
+            v = res["engine"]["exact_ridge_d64"]["ratio"]
+            put("ridge_vs_passive_engine_d64", v, v >= 0.5)
     if "http" in res and res["http"]["backends"].get("sqlite"):
         sq = res["http"]["backends"]["sqlite"]
         ratios = {b: v["best_1000_ratio_vs_bare"] for b, v in res["http"]["backends"].items()}
@@ -158,6 +174,9 @@ def targets(res: dict) -> dict:
         put("unlearn1_p50_sqlite", v, v <= 0.005)
         v = sq["latency"]["predict"]["p50_s"]
         put("predict_p50_sqlite", v, v <= 0.002)
+        if sq.get("families_1000"):
+            v = sq["families_1000"]["ratio"]
+            put("ridge_vs_passive_http_d64", v, v >= 0.5)
     if "forget" in res:
         rows = [r for r in res["forget"]["families"]["passive_olu"]["rows"] if r["n"] == 100_000]
         v = rows[0]["ratio"] if rows else None

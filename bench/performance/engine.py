@@ -7,14 +7,18 @@ All learners see the same stream (rows in the unit ball, 0/1 labels) in the same
 - ``numpy_loop``: a bare per-step OGD loop in numpy (gradient, step, projection), no service bookkeeping;
 - ``river``: ``river.linear_model.LogisticRegression.learn_one`` on dict features (the peer baseline),
   SGD with the same l2.
+
+``exact_ridge_d64``: exact_ridge's learn ingest against passive_olu's at d = 64 (``ridge_vs_passive``).
 """
 from __future__ import annotations
 
 import math
+import statistics
+import time
 
 import numpy as np
 
-from app.unlearning import PassiveOLU
+from app.unlearning import ALGORITHMS, PassiveOLU
 from app.unlearning.mechanism import fast
 
 from ..common import median_time, spec, stream
@@ -103,4 +107,33 @@ def run(quick: bool) -> dict:
             fast.set_enabled(prev)
         gap = float(np.max(np.abs(a.theta - b.theta)))
     return {"rows": rows, "fast_available": fast.available(), "max_abs_gap_fast_vs_numpy_d64": gap,
-            "river": getattr(__import__("river"), "__version__", None) if linear_model else None}
+            "river": getattr(__import__("river"), "__version__", None) if linear_model else None,
+            "exact_ridge_d64": ridge_vs_passive(n, repeats)}
+
+
+def ridge_vs_passive(n: int, repeats: int) -> dict:
+    """exact_ridge (least squares on +-1 targets, 2 classes) against passive_olu (logistic, compiled loop where
+    numba is there) at d = 64: requests of 1000 records, the published weights read after each (as the service
+    stores them per version).  The two alternate request by request, each timed alone, so that a load change on
+    the machine hits both alike; events/s = n / median over ``repeats`` runs of the summed request times."""
+    X, y = stream(n, 64, seed=64)
+    names = ("passive_olu", "exact_ridge")
+    for algorithm in names:  # warm-up: the compiled kernel, BLAS
+        e = ALGORITHMS[algorithm](spec(algorithm, 64))
+        e.learn(X[:1000], y[:1000])
+        e.published()
+    totals: dict = {a: [] for a in names}
+    for _ in range(repeats):
+        engines = {a: ALGORITHMS[a](spec(a, 64)) for a in names}
+        spent = dict.fromkeys(names, 0.0)
+        for i in range(0, n, 1000):
+            for a, e in engines.items():
+                t0 = time.perf_counter()
+                e.learn(X[i:i + 1000], y[i:i + 1000])
+                e.published()
+                spent[a] += time.perf_counter() - t0
+        for a in names:
+            totals[a].append(spent[a])
+    out = {a: n / statistics.median(ts) for a, ts in totals.items()}
+    return {"n": n, "batch": 1000, "repeats": repeats, "events_per_s": out,
+            "ratio": out["exact_ridge"] / out["passive_olu"]}

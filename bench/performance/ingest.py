@@ -7,7 +7,8 @@ columnar JSON and msgpack with raw float64 bytes (one model per shape).  Bodies 
 The ceiling is a bare FastAPI app (bench/performance/bare_app.py) that only parses and validates the per-example body with
 pydantic, served the same way.  All servers run at once and the requests alternate between them (round robin,
 one client connection per server, one request in flight), so a change of load on the shared machine hits every
-target alike; the rate is batch / median request time.  Latencies: predict (1 row), learn (1 example), unlearn (1 record, signed receipt, commit).
+target alike; the rate is batch / median request time.  On SQLite, ``families_1000``: exact_ridge against
+passive_olu, requests of 1000 alternating between the two models (``family_ingest``).  Latencies: predict (1 row), learn (1 example), unlearn (1 record, signed receipt, commit).
 """
 from __future__ import annotations
 
@@ -167,6 +168,35 @@ def _new_model(c: httpx.Client) -> str:
     return r.json()["id"]
 
 
+def family_ingest(url: str, key: str, quick: bool) -> dict:
+    """exact_ridge (2 classes, least squares) against passive_olu (logistic) through one service: learn requests of
+    1000 records at d = 64 (msgpack bodies), the two models alternating request by request; events/s = 1000 /
+    median request time."""
+    nreq = 10 if quick else 50
+    X, y = stream(1000 * (nreq + 2), D, seed=1000)
+    bodies = [_bodies("msgpack", X[k * 1000:(k + 1) * 1000], y[k * 1000:(k + 1) * 1000], f"fam-{k}")
+              for k in range(nreq + 2)]
+    specs = {"passive_olu": {"algorithm": "passive_olu", "loss": "logistic"},
+             "exact_ridge": {"algorithm": "exact_ridge", "loss": "squared", "n_classes": 2}}
+    times: dict = {name: [] for name in specs}
+    with httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=120) as c:
+        paths = {}
+        for name, sp in specs.items():
+            r = c.post("/v1/models", json={"name": f"bench-{name}", **sp, "dim": D, "bounds": {"x_norm": 1.0},
+                                           "domain_radius": 10.0, "l2": 0.01,
+                                           "privacy": {"epsilon": 1.0, "delta": 1e-6}})
+            r.raise_for_status()
+            paths[name] = f"/v1/models/{r.json()['id']}/learn"
+        for k in range(nreq + 2):
+            for name in specs:
+                dt = _post_all(c, paths[name], [bodies[k]])[0]
+                if k >= 2:  # warm-up
+                    times[name].append(dt)
+    rates = {name: 1000 / statistics.median(ts) for name, ts in times.items()}
+    return {"batch": 1000, "requests": nreq, "shape": "msgpack", "events_per_s": rates,
+            "ratio": rates["exact_ridge"] / rates["passive_olu"]}
+
+
 def latencies(url: str, key: str, quick: bool) -> dict:
     n = 40 if quick else 300
     out = {}
@@ -253,6 +283,8 @@ def run(quick: bool, backends: tuple[str, ...] = ("sqlite", "postgresql"), profi
         result["bare_fastapi"] = ing.pop("bare")
         for backend, (srv, key) in services.items():
             result["backends"][backend] = {"ingest": ing[backend], "latency": latencies(srv.url, key, quick)}
+            if backend == "sqlite":
+                result["backends"][backend]["families_1000"] = family_ingest(srv.url, key, quick)
     finally:
         for srv in servers:
             srv.stop()

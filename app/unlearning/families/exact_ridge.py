@@ -24,7 +24,8 @@ Unlearning", IEEE S&P 2015).
   ``record_cap`` = floor((2^63 - 1) / P) records (a public constant; a learn beyond it is refused, 409
   horizon-reached, before anything changes), so no int64 entry can wrap.  The products are formed with float64
   BLAS in chunks of floor(2^53 / P) rows: every partial sum of integers below 2^53 is exact in float64, whatever
-  order the BLAS adds in, so each chunk's product is the exact integer matrix, then added in int64.  (float64
+  order the BLAS adds in, so each chunk's product is the exact integer matrix, then added in int64 (within a
+  chunk, summed in float64 over sub-blocks small enough for OpenBLAS to stay on one thread).  (float64
   BLAS is why: exact int64 products in numpy bypass BLAS and run ~10x slower; Python integers ~1000x.)  At the
   default 20 bits and d = 64 the cap is about 5.6 million records held.
 * **Published parameters** are a deterministic function of the state alone: with D = diag(2^-kx, ..., 2^-kc) the
@@ -63,6 +64,18 @@ GRID_BITS = (4, 24)
 INT64_MAX = 2**63 - 1
 FLOAT_EXACT = 2**53
 CHUNK_SIZE = 4096  # retained records read per page (retained mode)
+# OpenBLAS multiplies single-threaded when m n k <= 2^18 and with its thread pool above; on a shared or loaded
+# machine the pool's threads wait on each other and one request's product (1 000 x 65 at d = 64) took 50-100x
+# longer (0.05 s instead of 0.5 ms, 2 cores, load 12).  Products of at most 2^18 / p^2 rows stay below it (at
+# least 32 rows: at a large p the product is big enough for the threads to pay, and calls have a cost too).
+BLAS_SINGLE_THREAD = 2**18
+MIN_BLOCK_ROWS = 32
+
+
+def block_rows(p: int, outputs: int) -> tuple[int, int]:
+    """Rows per product for A (p x p) and for B (outputs x p): below OpenBLAS's threading threshold where that
+    leaves at least ``MIN_BLOCK_ROWS`` rows."""
+    return (max(MIN_BLOCK_ROWS, BLAS_SINGLE_THREAD // (p * p)), max(MIN_BLOCK_ROWS, BLAS_SINGLE_THREAD // (p * outputs)))
 _HP = {"deletion_features", "grid_bits"}
 
 
@@ -93,10 +106,13 @@ class RidgeGrid:
     def features(self, X: np.ndarray) -> np.ndarray:
         """q(x~): the records' augmented features on the grid (integer-valued float64, n x (d + 1))."""
         Xq = np.empty((X.shape[0], X.shape[1] + 1))
+        Xq[:, :-1] = X
+        Xq[:, -1] = 0.0
         # times 2^kx, a normal float for every finite x_norm (kx >= bits - 1024): as exact as ldexp (both round
-        # only a subnormal product, identically), and ~10x faster
-        np.multiply(X, self.x_scale, out=Xq[:, :-1])
-        np.rint(Xq[:, :-1], out=Xq[:, :-1])
+        # only a subnormal product, identically), and ~10x faster; on the whole contiguous array (faster than
+        # the strided feature columns), the intercept column set after
+        np.multiply(Xq, self.x_scale, out=Xq)
+        np.rint(Xq, out=Xq)
         Xq[:, -1] = math.ldexp(1.0, self.kc)
         return Xq
 
@@ -147,6 +163,7 @@ class ExactRidge(Unlearner):
         self.n_deletions = 0
         self.epoch = 0
         self._published: np.ndarray | None = None
+        self._exponents: tuple[np.ndarray, np.ndarray] | None = None
 
     # ---- spec -----------------------------------------------------------------------------------------------------
     @classmethod
@@ -202,7 +219,8 @@ class ExactRidge(Unlearner):
 
     @classmethod
     def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
-        """Learn: quantise the batch and add its products (a BLAS-3 product of p x n by n x (p + K)), then one
+        """Learn: quantise the batch and add its products (BLAS-3 products of p x n by n x (p + K), in blocks of
+        rows: ``block_rows``), then one
         p x p solve for the published weights (counted as the eigendecomposition, about 10 p^3 flops, which
         serves where LU fails).  Forget: the same
         for the records forgotten (and, keeping data, reading them).  Retrain (retained mode): read every record
@@ -211,8 +229,11 @@ class ExactRidge(Unlearner):
         p, k = spec.dim + 1, max(1, spec.n_classes)
         solve = 10.0 * p**3 * wb.DENSE_FLOP + 4.0 * p * p * wb.FLOP + wb.STEP
 
-        def add(n: float) -> float:
-            return n * (2.0 * p * wb.FLOP + p * (p + k) * wb.DENSE_FLOP) + math.ceil(max(n, 1) / 4096) * wb.CALL
+        rows_a, rows_b = block_rows(p, k)
+
+        def add(n: float) -> float:  # one call per block of rows (block_rows), A's and B's
+            calls = math.ceil(max(n, 1) / rows_a) + math.ceil(max(n, 1) / rows_b)
+            return n * (2.0 * p * wb.FLOP + p * (p + k) * wb.DENSE_FLOP) + calls * wb.CALL
 
         keeps = cls.keeps_records(spec)
         N = int(hp.get("max_records") or batch) if keeps else 0
@@ -291,11 +312,17 @@ class ExactRidge(Unlearner):
         p, k = self.spec.dim + 1, self.grid.outputs
         A = np.zeros((p, p), dtype=np.int64)
         B = np.zeros((k, p), dtype=np.int64)
+        rows_a, rows_b = (max(1, min(self.grid.chunk, r)) for r in block_rows(p, k))
         for a in range(0, len(y), self.grid.chunk):
             Xq = self.grid.features(X[a : a + self.grid.chunk])
             Tq = self.grid.targets(y[a : a + self.grid.chunk])
-            A += (Xq.T @ Xq).astype(np.int64)
-            B += (Tq.T @ Xq).astype(np.int64)
+            FA, FB = Xq[:rows_a].T @ Xq[:rows_a], Tq[:rows_b].T @ Xq[:rows_b]
+            for b in range(rows_a, len(Xq), rows_a):  # float64 sums of integers below 2^53 (one chunk): exact
+                FA += Xq[b : b + rows_a].T @ Xq[b : b + rows_a]
+            for b in range(rows_b, len(Xq), rows_b):
+                FB += Tq[b : b + rows_b].T @ Xq[b : b + rows_b]
+            A += FA.astype(np.int64)
+            B += FB.astype(np.int64)
         return A, B
 
     def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:
@@ -356,11 +383,12 @@ class ExactRidge(Unlearner):
         """W (outputs x (d + 1)) from the sums alone: (D A D + l2 I) W^T = D B^T 2^-ky, with D = diag(2^-k) the
         grid's scales (2^-kx for the features, 2^-kc for the intercept): an LU solve, or where it fails (singular
         in floating point, a non-finite answer) the eigendecomposition.  Deterministic in the sums."""
-        g = self.grid
-        k = g.exponents(self.spec.dim)
-        M = np.ldexp(self.A.astype(np.float64), -(k[:, None] + k[None, :]))
-        R = np.ldexp(self.B.astype(np.float64), -(k[None, :] + g.ky))
-        M[np.diag_indices_from(M)] += self.spec.l2
+        if self._exponents is None:  # the grid's, from the spec alone
+            k = self.grid.exponents(self.spec.dim)
+            self._exponents = (-(k[:, None] + k[None, :]), -(k[None, :] + self.grid.ky))
+        M = np.ldexp(self.A.astype(np.float64), self._exponents[0])
+        R = np.ldexp(self.B.astype(np.float64), self._exponents[1])
+        M.flat[:: M.shape[0] + 1] += self.spec.l2
         try:  # LU (LAPACK gesv), ~10x faster than the eigendecomposition at d = 64
             W = np.linalg.solve(M, R.T)
             if np.all(np.isfinite(W)):
