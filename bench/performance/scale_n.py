@@ -8,7 +8,7 @@ For each family and n = 10^4, 10^5, 10^6, 10^7:
 * **learn**: a fresh engine (``max_records = n`` where it keeps records, so ``sisa`` takes its default shards for
   n) learns the n records in requests of 10 000 (rewind_to_delete: one request, its ``initial_size = n``), the
   data-holding families handed the records held so far as the service does (a view, no copy); reported per example.
-* **forget**: the median of up to ``FORGETS`` single-record forgets of records drawn uniformly from the stream
+* **forget**: the median of up to ``FORGETS`` single-record forgets (``CHEAP_FORGETS`` where they are cheap) of records drawn uniformly from the stream
   (fewer once they have taken ``FORGET_BUDGET_S``), each handed the records still held (the copy is not timed).
 * **memory**: the state blob (``pack_state(engine.state())``, the secret-state row) per record, the retained
   examples' bytes per record where the family keeps them (steps, x, y as float64), and the growth of the process's
@@ -53,6 +53,8 @@ QUICK_SIZES = (2_000, 20_000)
 CAP_S = 60.0           # per (family, n) cell: learn + forgets, projected or while learning
 FORGETS = 3
 FORGET_BUDGET_S = 30.0
+CHEAP_FORGETS = 25     # more forgets where they are cheap: their median over up to this many
+CHEAP_BUDGET_S = 0.05
 CHUNK = 10_000
 GEN_CHUNK = 1_000_000
 
@@ -169,7 +171,10 @@ def cell(algorithm: str, n: int, X: np.ndarray, y: np.ndarray, Xt, yt, cap_s: fl
         return dt
 
     try:
-        while len(times) < FORGETS and (not times or sum(times) < FORGET_BUDGET_S):
+        # at least FORGETS (within the budget); a cheap family's median is taken over up to CHEAP_FORGETS, so that one
+        # slow first call does not make it (exact_ridge's ~30 us forget read 122 us as the median of 3 under load)
+        while ((len(times) < FORGETS and (not times or sum(times) < FORGET_BUDGET_S))
+               or (len(times) < CHEAP_FORGETS and sum(times) < CHEAP_BUDGET_S)):
             times.append(forget(np.array([rng.choice(np.flatnonzero(held) if not held.all() else n)])))
         if n == ACC_AT:
             for total in (10, 100):
