@@ -1,0 +1,105 @@
+"""The tenant's usage counters (issue 32: ``tenants.usage_models`` / ``usage_records`` / ``usage_bytes``, kept by
+every write as a delta in its own transaction) always equal the sums over the tenant's live models, after a seeded
+random sequence of creations, learns, unlearns, retrains, refused writes and deletions, and after the tenant's
+deletion; the usage shown on the tenant is those counters.  SQLite and, with OLU_TEST_POSTGRES_URL, PostgreSQL."""
+from __future__ import annotations
+
+import random
+
+from sqlalchemy import func, select
+
+from app.db.tables import Model, Tenant
+from tests.helpers import create_model, examples, unit_rows
+
+
+def _sums(server, tenant_id: str) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(counters on the tenant row, sums over its live models)."""
+    with server.app.state.ctx.db.read() as s:
+        counters = s.execute(select(Tenant.usage_models, Tenant.usage_records, Tenant.usage_bytes)
+                             .where(Tenant.id == tenant_id)).one()
+        sums = s.execute(select(func.count(), func.coalesce(func.sum(Model.n_records - Model.n_forgotten), 0),
+                                func.coalesce(func.sum(Model.bytes_stored), 0))
+                         .where(Model.tenant_id == tenant_id, Model.status != "deleted")).one()
+    return tuple(int(v) for v in counters), tuple(int(v) for v in sums)
+
+
+def _check(server, c, tenant_id: str, what: str) -> tuple[int, int, int]:
+    counters, sums = _sums(server, tenant_id)
+    assert counters == sums, (what, counters, sums)
+    usage = c.get("/v1/tenant").json()["usage"]
+    assert (usage["models"], usage["records"], usage["bytes"]) == counters, (what, usage, counters)
+    return counters
+
+
+def test_counters_equal_the_sums_after_random_writes(server, tenant):
+    tenant_id, c = tenant
+    rng = random.Random(32)
+    with server.admin() as a:
+        assert a.put(f"/v1/tenants/{tenant_id}/quotas", json={"models": 4, "records": 120}).status_code == 200
+    models: dict[str, dict] = {}  # id -> {"held": [record ids], "next": int, "algorithm": str}
+    refused = 0
+    for i in range(40):
+        op = rng.choice(["create", "learn", "learn", "learn", "unlearn", "unlearn", "retrain", "delete"])
+        if op == "create" or not models:
+            algorithm = rng.choice(["passive_olu", "retrain", "memory_pair"])
+            extra = {"hyperparameters": {"capacity": 2}} if algorithm == "memory_pair" else {}
+            before = _check(server, c, tenant_id, f"{i} before create")
+            if len(models) >= 4:  # refused by the models quota: nothing changes
+                r = c.post("/v1/models", json={"name": "m", "algorithm": algorithm, "loss": "logistic", "dim": 4,
+                                               "bounds": {"x_norm": 1.0}, "domain_radius": 10.0, "l2": 0.05,
+                                               "privacy": {"epsilon": 1.0, "delta": 1e-6}, **extra})
+                assert r.status_code == 409 and r.json()["quota"] == "models", r.text
+                assert _check(server, c, tenant_id, f"{i} refused create") == before
+                refused += 1
+                continue
+            mid = create_model(c, algorithm=algorithm, **extra)["id"]
+            models[mid] = {"held": [], "next": 0, "algorithm": algorithm}
+        elif op == "learn":
+            mid = rng.choice(list(models))
+            m = models[mid]
+            n = rng.randint(1, 15)
+            before = _check(server, c, tenant_id, f"{i} before learn")
+            if m["held"] and rng.random() < 0.2:  # a duplicate record id: refused, nothing changes
+                body = examples(unit_rows(1, 4, seed=i))
+                body[0]["id"] = m["held"][0]
+                r = c.post(f"/v1/models/{mid}/learn", json={"examples": body})
+                assert r.status_code == 409, r.text
+                assert _check(server, c, tenant_id, f"{i} refused learn") == before
+                refused += 1
+                continue
+            r = c.post(f"/v1/models/{mid}/learn",
+                       json={"examples": examples(unit_rows(n, 4, seed=i), prefix=mid, start=m["next"])})
+            if before[1] + n > 120:  # past the records quota: refused whole
+                assert r.status_code == 409 and r.json()["quota"] == "records", r.text
+                assert _check(server, c, tenant_id, f"{i} refused learn") == before
+                refused += 1
+                continue
+            assert r.status_code == 200, r.text
+            m["held"] += [f"{mid}-{m['next'] + k}" for k in range(n)]
+            m["next"] += n
+        elif op == "unlearn":
+            mid = rng.choice(list(models))
+            m = models[mid]
+            if not m["held"]:
+                continue
+            ids = rng.sample(m["held"], min(len(m["held"]), rng.randint(1, 3)))
+            r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ids})
+            if r.status_code == 200:
+                m["held"] = [x for x in m["held"] if x not in ids]
+            else:  # a memory pair's capacity spent: retrain_required, records kept
+                assert r.status_code == 409, r.text
+        elif op == "retrain":
+            mid = rng.choice(list(models))
+            r = c.post(f"/v1/models/{mid}/retrain")
+            assert r.status_code in (200, 409), r.text
+        else:
+            mid = rng.choice(list(models))
+            assert c.delete(f"/v1/models/{mid}").status_code == 204
+            del models[mid]
+        counters = _check(server, c, tenant_id, f"{i} {op}")
+        assert counters[:2] == (len(models), sum(len(m["held"]) for m in models.values())), (i, op, counters)
+    assert refused > 0
+    with server.admin() as a:
+        assert a.delete(f"/v1/tenants/{tenant_id}").status_code == 200
+    counters, sums = _sums(server, tenant_id)
+    assert counters == sums == (0, 0, 0)
