@@ -103,3 +103,40 @@ def test_counters_equal_the_sums_after_random_writes(server, tenant):
         assert a.delete(f"/v1/tenants/{tenant_id}").status_code == 200
     counters, sums = _sums(server, tenant_id)
     assert counters == sums == (0, 0, 0)
+
+
+def _backfill(url: str) -> None:
+    from alembic import command
+    from sqlalchemy import create_engine, text
+
+    from app.db.migrate import alembic_config
+
+    cfg = alembic_config(url)
+    command.upgrade(cfg, "0013")
+    eng = create_engine(url)
+    now = "2026-11-28 00:00:00+00:00"
+    with eng.begin() as conn:
+        for t in ("ten_a", "ten_b", "ten_c"):
+            conn.execute(text("INSERT INTO tenants (id, name, record_key, log_size, created_at) "
+                              "VALUES (:t, 'n', :k, 0, :now)"), {"t": t, "k": b"k", "now": now})
+        for mid, t, n, f, b, status in (("m1", "ten_a", 10, 3, 1000, "ready"), ("m2", "ten_a", 5, 0, 200, "ready"),
+                                        ("m3", "ten_a", 50, 0, 9000, "deleted"), ("m4", "ten_b", 7, 7, 64, "ready")):
+            conn.execute(text(
+                "INSERT INTO models (id, tenant_id, name, algorithm, spec_json, status, step, n_records, n_forgotten, "
+                "version, epoch, rho_spent, ledger_json, constants_json, guarantee_json, created_at, updated_at, "
+                "bytes_stored) VALUES (:m, :t, 'm', 'passive_olu', '{}', :s, :n, :n, :f, 1, 1, 0, '{}', '{}', '{}', "
+                ":now, :now, :b)"), {"m": mid, "t": t, "s": status, "n": n, "f": f, "b": b, "now": now})
+    command.upgrade(cfg, "head")
+    with eng.connect() as conn:
+        got = {r[0]: tuple(r[1:]) for r in conn.execute(text(
+            "SELECT id, usage_models, usage_records, usage_bytes FROM tenants ORDER BY id"))}
+    eng.dispose()
+    assert got == {"ten_a": (2, 12, 1200), "ten_b": (1, 0, 64), "ten_c": (0, 0, 0)}, got
+
+
+def test_migration_backfills_the_counters_from_the_live_models_sqlite(tmp_path):
+    _backfill(f"sqlite:///{tmp_path / 'm.db'}")
+
+
+def test_migration_backfills_the_counters_from_the_live_models_postgresql(postgres_url):
+    _backfill(postgres_url)
