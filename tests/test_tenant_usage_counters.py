@@ -139,4 +139,19 @@ def test_migration_backfills_the_counters_from_the_live_models_sqlite(tmp_path):
 
 
 def test_migration_backfills_the_counters_from_the_live_models_postgresql(postgres_url):
-    _backfill(postgres_url)
+    import secrets
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    base = make_url(postgres_url)  # the session's database is at head and in use: migrate a fresh one
+    name = f"{base.database}_m{secrets.token_hex(3)}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        _backfill(base.set(database=name).render_as_string(hide_password=False))
+    finally:
+        with admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
