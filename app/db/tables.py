@@ -33,6 +33,11 @@ class Tenant(Base):
     quota_models: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     quota_records: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # usage the quotas check, kept by every write in its own transaction (delta updates; app/services/quotas.py):
+    # live models, records held (n_records - n_forgotten) and bytes_stored summed over the tenant's live models
+    usage_models: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    usage_records: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    usage_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class ApiKey(Base):

@@ -18,6 +18,7 @@ from ..ids import new_id, utcnow
 from ..registry import (build_spec, request_budget, published_bytes, spec_to_json)
 from ..unlearning import (SpecError)
 from ..db.retained import SqlRetained
+from .quotas import bump
 from . import book
 from ..receipts.canonical import erased_records_sha256
 from .receipts import guarantee_of
@@ -63,6 +64,7 @@ class ModelLifecycle(UseCase):
             if s.execute(q if self.db.is_sqlite else q.with_for_update()).scalar_one_or_none() is not None:
                 raise Problem(404, "tenant-not-found", "This tenant is deleted.")
             self.quotas.check(s, tenant_id, {"models": 1, "bytes": len(blob)})
+            bump(s, tenant_id, models=1, stored=row.bytes_stored)  # the tenant's usage counters (quotas.py)
             s.add(row)
             s.flush()
             s.add(ModelState(model_id=model_id, version=1, blob=blob))
@@ -153,6 +155,8 @@ class ModelLifecycle(UseCase):
         conn.execute(insert(LedgerEntry.__table__), [
             {"model_id": model_id, "epoch": row.epoch, "receipt_id": receipt["id"], "kind": "erasure",
              "step": row.step, "sigma": 0.0, "rho": 0.0, "created_at": now}])
+        # the model leaves the tenant's usage: one live model, its records held and its bytes (quotas.py)
+        bump(s, row.tenant_id, models=-1, records=-(row.n_records - row.n_forgotten), stored=-(row.bytes_stored or 0))
         row.status, row.published, row.deleted_at, row.updated_at = "deleted", None, now, now
         row.version += 1
         s.flush()

@@ -33,7 +33,7 @@ from ..unlearning import (SpecError, Unlearner)
 from ..db.retained import ShortReadRetained
 from .concurrency import ATTEMPTS, ModelGates, Moved, conflict_problem
 from .ledger import ledger_summary
-from .quotas import Quotas, model_bytes, record_bytes
+from .quotas import Quotas, bump, model_bytes, record_bytes
 from .receipts import ReceiptIssuer
 from .records import open_record_key
 
@@ -212,11 +212,18 @@ _UPDATES: dict[tuple[str, ...], Any] = {}
 class _ModelRow:
     """A model row read with one Core query for a write path (``_WRITE_PATH_COLUMNS``; any column may be assigned);
     assignments are remembered and written back by ``flush`` with one UPDATE (the ORM's identity map and unit of
-    work cost more than the write)."""
+    work cost more than the write).  ``flush`` also adds the change of the model's records held and bytes stored
+    since the row was read (or last flushed) to the tenant's usage counters, in the same transaction
+    (app/services/quotas.py ``bump``)."""
 
     def __init__(self, mapping):
         object.__setattr__(self, "_values", dict(mapping))
         object.__setattr__(self, "_dirty", set())
+        object.__setattr__(self, "_usage", self._held())
+
+    def _held(self) -> tuple[int, int]:
+        v = self._values
+        return int(v["n_records"]) - int(v["n_forgotten"]), int(v["bytes_stored"] or 0)
 
     def __getattr__(self, name: str):
         try:
@@ -239,6 +246,9 @@ class _ModelRow:
                     {k: bindparam(k) for k in columns})
             s.connection().execute(stmt, {"row_id": self._values["id"], **{k: self._values[k] for k in columns}})
             self._dirty.clear()
+            held = self._held()
+            bump(s, self._values["tenant_id"], records=held[0] - self._usage[0], stored=held[1] - self._usage[1])
+            object.__setattr__(self, "_usage", held)
 
 
 

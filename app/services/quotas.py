@@ -4,8 +4,11 @@ Each tenant's quota is its own (``tenants.quota_models`` / ``quota_records`` / `
 with ``PUT /v1/tenants/{id}/quotas``) or, where that is NULL, the deployment's default (``OLU_TENANT_MAX_MODELS``,
 ``OLU_TENANT_MAX_RECORDS``, ``OLU_TENANT_MAX_BYTES``); 0 means no limit.
 
-Usage is read from the tenant's live models: their number, their records held (``n_records - n_forgotten``) and
-their ``bytes_stored``, which every write sets (``model_bytes``): the byte lengths of what the model keeps, namely
+Usage is that of the tenant's live models: their number, their records held (``n_records - n_forgotten``) and
+their ``bytes_stored``, which every write sets (``model_bytes``).  It is kept as counters on the tenant row
+(``tenants.usage_models`` / ``usage_records`` / ``usage_bytes``, issue 32): every write adds its delta (``bump``)
+in its own transaction, so a quota check reads one row, not a sum over all the tenant's models (30 ms at 10⁴ models
+on PostgreSQL; docs/performance.md §10).  A model's bytes are the byte lengths of what the model keeps, namely
 its sealed secret state, and per record held 32 bytes of commitment and 8 of step in the record index, 32 more of
 example MAC for a family whose clients send features to forget, and for a family that keeps its data the sealed
 example (nonce 12 + 8 (dim + 1) + tag 16 bytes) and its wrapped data key.  Not counted: the database's own page
@@ -22,16 +25,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, select, update
 
-from ..db.tables import Model, Tenant
+from ..db.tables import Tenant
 from ..errors import Problem
 
 QUOTAS = ("models", "records", "bytes")
-_M, _T = Model.__table__, Tenant.__table__
-_USAGE = select(func.count(), func.coalesce(func.sum(_M.c.n_records - _M.c.n_forgotten), 0),
-                func.coalesce(func.sum(_M.c.bytes_stored), 0)).where(
-    _M.c.tenant_id == bindparam("tid"), _M.c.status != "deleted")
+_T = Tenant.__table__
+_USAGE = select(_T.c.usage_models, _T.c.usage_records, _T.c.usage_bytes).where(_T.c.id == bindparam("tid"))
+# delta update in the writer's transaction: on PostgreSQL it takes the tenant's row lock (after the model's, the
+# order every write takes them in) and adds to what concurrent writers committed, so no delta is lost
+_BUMP = update(_T).where(_T.c.id == bindparam("tid")).values(
+    usage_models=_T.c.usage_models + bindparam("dm"), usage_records=_T.c.usage_records + bindparam("dr"),
+    usage_bytes=_T.c.usage_bytes + bindparam("db"))
 _QUOTAS = select(_T.c.quota_models, _T.c.quota_records, _T.c.quota_bytes).where(_T.c.id == bindparam("tid"))
 _LOCK_TENANT = select(_T.c.id).where(_T.c.id == bindparam("tid")).with_for_update()
 INDEX_BYTES = 32 + 8  # commitment and step of a record in the record index
@@ -51,6 +57,13 @@ def record_bytes(engine, dim: int, wrapped_key_bytes: int) -> int:
 
 def model_bytes(state_bytes: int, records_held: int, per_record: int) -> int:
     return int(state_bytes) + int(records_held) * int(per_record)
+
+
+def bump(s, tenant_id: str, models: int = 0, records: int = 0, stored: int = 0) -> None:
+    """Add a write's change of the tenant's live models, records held and bytes stored to its usage counters, in
+    the write's transaction (a rollback takes it back with the write)."""
+    if models or records or stored:
+        s.connection().execute(_BUMP, {"tid": tenant_id, "dm": int(models), "dr": int(records), "db": int(stored)})
 
 
 class Quotas:
@@ -76,7 +89,8 @@ class Quotas:
 
     @staticmethod
     def usage(s, tenant_id: str) -> dict[str, int]:
-        n, records, stored = s.connection().execute(_USAGE, {"tid": tenant_id}).one()
+        row = s.connection().execute(_USAGE, {"tid": tenant_id}).first()
+        n, records, stored = (0, 0, 0) if row is None else row
         return {"models": int(n), "records": int(records), "bytes": int(stored)}
 
     def usage_locked(self, s, tenant_id: str) -> dict[str, int]:
@@ -90,8 +104,7 @@ class Quotas:
     def check_locked(self, s, tenant_id: str, grew: dict[str, int]) -> None:
         """After a write grew the tenant's data by ``grew``: 409 quota-exceeded if it passed a quota, the usage read
         under the tenant's row lock (``usage_locked``).  When none of those quotas applies to the tenant, neither
-        the lock nor the usage is read: the usage is a sum over all the tenant's models (O(models), 30 ms at 10⁴
-        models of one tenant; bench --sections models) and nothing would be checked against it."""
+        the lock nor the usage is read (nothing would be checked against it)."""
         limits = self.limits(s, tenant_id)
         if not any(limits[k] is not None for k in grew):
             return
