@@ -454,6 +454,11 @@ def test_consumer_and_nats_sigkilled_under_broker_traffic(topology):
             assert model["n_forgotten"] == len(receipts) == sum(st == "forgotten" for st in status.values()), model
             assert len({r["id"] for r in receipts}) == len({r["record_commitment"] for r in receipts}) == len(receipts)
             assert abs(ledger["rho_spent"] - sum(r["mechanism"]["rho"] for r in receipts)) < 1e-9, ledger
+    # the workers are running after it all: the restarted one and the one that lived through the NATS kill
+    for n in (1, 2):
+        state = containers.podman("inspect", "-f", "{{.State.Status}} {{.RestartCount}}", t.name("consumer", n)).stdout
+        assert state.split()[0] == "running", (n, state, t.logs())
+        figures[f"consumer_{n}_state"] = state.strip()
     figures["not_acked_applied_anyway"] = sum(x["ev"]["id"] in rows for x in lines if not x["ok"])
     figures["kills"] = [consumer, nats_c]
     print(f"\ncompose broker kills: {figures}")
