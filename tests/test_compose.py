@@ -11,17 +11,25 @@ started again, and the PostgreSQL container is SIGKILLed once and started again 
 the proxy's 502 meanwhile, never a 500); every acknowledged learn is in the model afterwards, no receipt is
 duplicated, the model's steps have no gaps and the ledger's rho is the receipts' sum.
 
-NOT covered here (docs/operations.md says so): broker traffic under kills of consumer and NATS containers (the
-compose file publishes no NATS port; tests/test_cluster.py does that part with local processes).
+Broker traffic: compose.yaml publishes no NATS port, so a publisher (PUBLISHER below) runs inside an api container
+(`podman exec`; the image has nats-py) and publishes learn and forget events to nats://nats:4222 on the back-end
+network, recording which publications JetStream acknowledged, while one consumer container is SIGKILLed and started
+again, then the NATS container (its stream is on the natsdata volume).  Publications while NATS is dead are not
+acknowledged (they fail in the client) and publishing resumes once it is back; every acknowledged event is recorded
+as applied by the consumers (stream_events, read with psql in the postgres container), each acknowledged learn's
+records are in the model and each acknowledged forget's record is forgotten, each record counted once (steps 1..step,
+one receipt per forgotten record) and the ledger's rho is the receipts' sum.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
 import subprocess
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -126,7 +134,8 @@ class Topology:
         self.up("proxy")
         self.wait(self.ready)
         admin = {"authorization": f"Bearer {self.env['OLU_ADMIN_TOKEN']}"}
-        key = httpx.post(self.url + "/v1/tenants", json={"name": "compose"}, headers=admin, timeout=30).json()["api_key"]
+        tenant = httpx.post(self.url + "/v1/tenants", json={"name": "compose"}, headers=admin, timeout=30).json()
+        key, self.tenant_id = tenant["api_key"], tenant["id"]
         self.env["OLU_STREAM_API_KEY"] = key
         self.up("consumer")
         return key
@@ -275,3 +284,181 @@ def test_postgres_sigkilled_under_load(topology):
     t, key = topology
     w, figures, mid = _under_load(t, key, [t.name("postgres")])
     _check(t, key, w, figures, mid)
+
+
+# Run INSIDE an api container (it has the app's nats-py and sits on the backend network; compose.yaml publishes no
+# NATS port): learn and forget events of the given models to nats://nats:4222 until its stdin closes, one JSON line per
+# publication with whether JetStream acknowledged it.  Forgets name only records of acknowledged learns.
+PUBLISHER = r"""
+import asyncio, json, math, random, sys, threading, time
+import nats
+tenant, mids, tag = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+rng = random.Random(7)
+def row():
+    v = [rng.gauss(0, 1) for _ in range(3)]
+    n = math.sqrt(sum(a * a for a in v))
+    return [a / n for a in v]
+async def main():
+    async def quiet(e=None):
+        pass
+    nc = await nats.connect("nats://nats:4222", max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                            error_cb=quiet, disconnected_cb=quiet, reconnected_cb=quiet)
+    js = nc.jetstream()
+    learned, asked, k = {m: [] for m in mids}, set(), 0
+    while not stop.is_set():
+        mid = rng.choice(mids)
+        left = [i for i in learned[mid] if i not in asked]
+        if len(left) > 3 and rng.random() < 0.3:
+            victim = rng.choice(left)
+            asked.add(victim)
+            ev = {"id": f"{tag}-{k}", "kind": "unlearn", "body": {"ids": [victim]}}
+        else:
+            ids = [f"{tag}-{k}-{j}" for j in range(rng.randint(1, 2))]
+            ev = {"id": f"{tag}-{k}", "kind": "learn",
+                  "body": {"examples": [{"id": i, "x": row(), "y": float(j % 2)} for j, i in enumerate(ids)]}}
+        t = time.monotonic()
+        try:
+            await js.publish(f"olu.{tenant}.{mid}.events", json.dumps(ev).encode(), timeout=1)
+            ok, err = True, None
+            if ev["kind"] == "learn":
+                learned[mid] += [x["id"] for x in ev["body"]["examples"]]
+        except Exception as e:
+            ok, err = False, type(e).__name__
+        print(json.dumps({"mid": mid, "ev": ev, "ok": ok, "err": err, "t": t, "done": time.monotonic()}), flush=True)
+        k += 1
+        await asyncio.sleep(0.05 if ok else 0.2)
+    try:
+        await asyncio.wait_for(nc.close(), 5)
+    except Exception:
+        pass
+asyncio.run(main())
+"""
+
+
+class Publisher:
+    """PUBLISHER in a container, its lines collected by a thread (times are the container's clock: the host's)."""
+
+    def __init__(self, container: str, tenant_id: str, mids: list[str]):
+        self.lines: list[dict] = []
+        self.p = subprocess.Popen(["podman", "exec", "-i", container, "python", "-c", PUBLISHER, tenant_id,
+                                   ",".join(mids), f"ev{secrets.token_hex(3)}"], env=containers.env(),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.p.stdout:
+            if line.startswith("{"):
+                self.lines.append(json.loads(line))
+
+    def stop(self) -> str:
+        self.p.stdin.close()
+        self.p.wait(timeout=60)
+        self.reader.join(timeout=10)
+        return self.p.stderr.read()[-2000:]
+
+
+def _stream_rows(t: Topology) -> dict[str, tuple[str, str]]:
+    """event id -> (model id, outcome, stream sequence) of the tenant's events the consumers recorded (psql in the postgres
+    container)."""
+    out = containers.podman("exec", t.name("postgres"), "psql", "-U", "olu", "-d", "olu", "-At", "-F", "|", "-c",
+                            f"SELECT event_id, model_id, outcome, seq FROM stream_events WHERE tenant_id = '{t.tenant_id}'"
+                            ).stdout
+    return {e: (m, o, int(q)) for e, m, o, q in (line.split("|") for line in out.splitlines() if line)}
+
+
+def test_consumer_and_nats_sigkilled_under_broker_traffic(topology):
+    """Learn and forget events published to the compose NATS from inside an api container while one consumer
+    container is SIGKILLed and started again, then the NATS container: publishes during the outage are not
+    acknowledged (they fail in the client), publishing resumes once NATS is back with its stream (natsdata volume),
+    and every acknowledged event is applied once."""
+    t, key = topology
+    with httpx.Client(base_url=t.url, headers={"authorization": f"Bearer {key}"}, timeout=30) as c:
+        mids = [create_model(c, dim=3, name=f"broker-{i}")["id"] for i in range(2)]
+    pub = Publisher(t.name("api", 1), t.tenant_id, mids)
+    figures: dict = {}
+    try:
+        t.wait(lambda: any(x["ok"] for x in pub.lines), timeout=60)
+        time.sleep(3)
+        consumer = t.name("consumer", 1)
+        containers.podman("kill", "-s", "KILL", consumer)
+        time.sleep(1)
+        containers.podman("start", consumer)
+        time.sleep(4)
+        nats_c = t.name("nats")
+        containers.podman("kill", "-s", "KILL", nats_c)
+        killed = time.monotonic()  # when podman kill returned: the server is gone
+        time.sleep(3)
+        started = time.monotonic()
+        containers.podman("start", nats_c)
+        t.wait(lambda: any(x["ok"] and x["t"] > started for x in pub.lines), timeout=90)
+        back = min(x["t"] for x in pub.lines if x["ok"] and x["t"] > started)
+        time.sleep(3)
+    finally:
+        stderr = pub.stop()
+    lines = pub.lines
+    acked = [x for x in lines if x["ok"]]
+    outage = [x for x in lines if killed <= x["t"] and x["done"] < started]  # begun and ended while NATS was dead
+    figures.update(published=len(lines), acknowledged=len(acked), not_acknowledged=len(lines) - len(acked),
+                   not_acked_during_outage=sum(not x["ok"] for x in outage),
+                   not_acked_before_kill=sum(not x["ok"] for x in lines if x["done"] < killed),
+                   not_acked_after_start=sum(not x["ok"] for x in lines if x["t"] >= started), publish_errors=sorted(
+                       {x["err"] for x in lines if x["err"]}),
+                   acked_after_nats_start_s=round(back - started, 1))
+    assert acked and outage, (figures, stderr)
+    assert not any(x["ok"] for x in outage), f"acknowledged while NATS was dead: {figures}"
+    assert any(x["ok"] and x["t"] > back for x in lines[-5:]), f"publishing did not resume: {figures}"
+    # every acknowledged event applied (the consumers drain the stream, the killed one included after its start)
+    t0 = time.monotonic()
+    t.wait(lambda: {x["ev"]["id"] for x in acked} <= _stream_rows(t).keys(), timeout=120, poll=1)
+    figures["applied_all_acked_after_s"] = round(time.monotonic() - t0, 1)
+    rows = _stream_rows(t)
+    figures["events_recorded"] = len(rows)
+    figures["outcomes"] = dict(Counter(o for _, o, _ in rows.values()))
+    # the stream survived the NATS kill (natsdata volume): its sequence went on after the restart, not again from 1
+    seqs = [q for _, _, q in rows.values()]
+    before = max(rows[x["ev"]["id"]][2] for x in acked if x["done"] < killed)
+    after = min(rows[x["ev"]["id"]][2] for x in acked if x["t"] >= started)
+    assert len(set(seqs)) == len(seqs) and after > before, ("the stream was not kept", before, after)
+    figures["stream_seq_last_before_kill_first_after"] = (before, after)
+    bad = {x["ev"]["id"]: (x["ev"]["kind"], rows[x["ev"]["id"]]) for x in acked
+           if rows[x["ev"]["id"]][:2] != (x["mid"], "applied")}
+    if bad:
+        ids = ",".join(f"'{e}'" for e in list(bad)[:5])
+        why = containers.podman("exec", t.name("postgres"), "psql", "-U", "olu", "-d", "olu", "-At", "-c",
+                                f"SELECT event_id, convert_from(result, 'UTF8') FROM stream_events WHERE tenant_id = "
+                                f"'{t.tenant_id}' AND event_id IN ({ids})", check=False).stdout
+        raise AssertionError(f"acknowledged events not applied: {list(bad.items())[:5]} {why[-3000:]} {figures}")
+    with httpx.Client(base_url=t.url, headers={"authorization": f"Bearer {key}"}, timeout=30) as c:
+        for mid in mids:
+            model = c.get(f"/v1/models/{mid}").json()
+            receipts = all_receipts(c, mid)
+            ledger = c.get(f"/v1/models/{mid}/ledger").json()
+            mine = [x for x in lines if x["mid"] == mid]
+            status = {}
+            for x in mine:
+                for rid in ([e["id"] for e in x["ev"]["body"]["examples"]] if x["ev"]["kind"] == "learn" else []):
+                    r = c.get(f"/v1/audit/records/{rid}")
+                    status[rid] = next((e["status"] for e in (r.json()["models"] if r.status_code == 200 else [])
+                                        if e["model_id"] == mid), None)
+            learned = [rid for x in mine if x["ok"] and x["ev"]["kind"] == "learn"
+                       for rid in (e["id"] for e in x["ev"]["body"]["examples"])]
+            forgot = [x["ev"]["body"]["ids"][0] for x in mine if x["ok"] and x["ev"]["kind"] == "unlearn"]
+            assert all(status[rid] in ("learned", "forgotten") for rid in learned), "an acknowledged learn lost"
+            assert all(status[rid] == "forgotten" for rid in forgot), "an acknowledged forget not applied"
+            # once each: a record's learn counted once (steps 1..step without gaps), one receipt per forgotten record
+            present = [rid for rid, st in status.items() if st in ("learned", "forgotten")]
+            assert model["step"] == model["n_records"] == len(present), (model, figures)
+            assert model["n_forgotten"] == len(receipts) == sum(st == "forgotten" for st in status.values()), model
+            assert len({r["id"] for r in receipts}) == len({r["record_commitment"] for r in receipts}) == len(receipts)
+            assert abs(ledger["rho_spent"] - sum(r["mechanism"]["rho"] for r in receipts)) < 1e-9, ledger
+    # the workers are running after it all: the restarted one and the one that lived through the NATS kill
+    for n in (1, 2):
+        state = containers.podman("inspect", "-f", "{{.State.Status}} {{.RestartCount}}", t.name("consumer", n)).stdout
+        assert state.split()[0] == "running", (n, state, t.logs())
+        figures[f"consumer_{n}_state"] = state.strip()
+    figures["not_acked_applied_anyway"] = sum(x["ev"]["id"] in rows for x in lines if not x["ok"])
+    figures["kills"] = [consumer, nats_c]
+    print(f"\ncompose broker kills: {figures}")
