@@ -43,6 +43,10 @@ CASES = {
     "second_order_olu": ("second_order_olu", {}, {"dim": 300}, WORK),
     "descent_to_delete_secret": ("descent_to_delete", {"variant": "secret"}, {"dim": 1000}, WORK),
     "rewind_to_delete": ("rewind_to_delete", {"initial_size": 3, "T": 20}, {"dim": 1000}, WORK),
+    # exact_ridge (issue 30): the d^2 sums in BLAS row blocks per learn, the (d+1)^3 solve of its published weights;
+    # by default the client resends a forgotten record, with deletion_features retained it keeps them and retrains
+    "exact_ridge": ("exact_ridge", {}, {"loss": "squared", "dim": 300}, WORK),
+    "exact_ridge_retained": ("exact_ridge", {"deletion_features": "retained"}, {"loss": "squared", "dim": 300}, WORK),
     "online_dp_tree_kernel": ("online_dp_tree", {"horizon": 10**6, "max_deletions": 10}, {"dim": 20000}, WORK),
     # the issue's case: node noise beyond the compiled sampler (sigma'/g ~ 1e10), ~50 us a coordinate
     "online_dp_tree_pure": ("online_dp_tree", {"horizon": 10**6, "max_deletions": 10},
