@@ -150,6 +150,26 @@ def _memory_table(r: dict) -> list[str]:
     return lines
 
 
+def _profiles_table(r: dict) -> list[str]:
+    lines = ["## profiles: " + ", ".join(f"{k} = {fmt_time(v)}" for k, v in r.items() if not isinstance(v, dict))]
+    return lines + [f"  {k}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in v.items())
+                    for k, v in r.items() if isinstance(v, dict)]
+
+
+def _module_table(package: str, module: str):
+    def table(r: dict) -> list[str]:
+        import importlib
+        return importlib.import_module(f"bench.{package}.{module}").table(r)
+    return table
+
+
+# the printed table of each section, for docs/performance.md's generated blocks (bench/performance/docs.py)
+TABLES = {"engine": _engine_table, "http": _http_table, "forget": _forget_table, "noise": _noise_table,
+          "memory": _memory_table, "profiles": _profiles_table, "stream": _module_table("performance", "stream"),
+          "coldstart": _module_table("performance", "coldstart"), "scale": _module_table("scale", "scale"),
+          "replay": _module_table("performance", "replay")}
+
+
 def targets(res: dict) -> dict:
     out = {}
 
@@ -267,6 +287,10 @@ def render(res: dict, out: Path, docs: Path, to_docs: bool) -> list[Path]:
     if "scale_accuracy" in res:
         from .accuracy import scale_accuracy_docs
         made += scale_accuracy_docs.write_docs(res["scale_accuracy"], out, into)
+    if into is not None:
+        from .performance import docs as perf_docs
+        if perf_docs.write(res, TABLES, into / "performance.md"):
+            made.append(into / "performance.md")
     summary = plots(res, out)
     if to_docs:
         for p in summary:
@@ -282,7 +306,9 @@ def main(argv=None) -> None:
     ap.add_argument("--backends", default="sqlite,postgresql", help="databases for the http and memory sections")
     ap.add_argument("--profile", action="store_true", help="record the service with py-spy during the http section")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--docs", action="store_true", help="copy the summary plots to docs/")
+    ap.add_argument("--docs", action="store_true",
+                    help="copy the summary plots to docs/ and rewrite the sections' generated blocks of "
+                         "docs/performance.md")
     ap.add_argument("--server-cpus", default="", help="fairness: CPUs to pin the server to (e.g. 0,1)")
     ap.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
                     help="measure nothing: rewrite the docs' generated parts and the plots from a saved results.json")
@@ -298,7 +324,8 @@ def main(argv=None) -> None:
         ap.error(f"unknown sections: {', '.join(sorted(unknown))}")
     backends = tuple(b.strip() for b in a.backends.split(",") if b.strip())
     a.out.mkdir(parents=True, exist_ok=True)
-    res: dict = {"machine": machine(), "quick": a.quick, "sections": sections}
+    from .performance import docs as perf_docs
+    res: dict = {"machine": machine(), "quick": a.quick, "sections": sections, "commit": perf_docs.commit()}
     t_start = time.perf_counter()
     for name in sections:
         t0 = time.perf_counter()
@@ -392,11 +419,7 @@ def main(argv=None) -> None:
             finally:
                 if url is not None:
                     drop()
-            print("## profiles: " + ", ".join(f"{k} = {fmt_time(v)}" for k, v in res["profiles"].items()
-                                               if not isinstance(v, dict)))
-            for k, v in res["profiles"].items():
-                if isinstance(v, dict):
-                    print(f"  {k}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in v.items()))
+            print("\n".join(_profiles_table(res["profiles"])))
         res.setdefault("section_seconds", {})[name] = time.perf_counter() - t0
         print(flush=True)
     res["targets"] = targets(res)
@@ -411,6 +434,8 @@ def main(argv=None) -> None:
     if a.docs:
         for p in made:
             shutil.copy(p, ROOT / "docs" / f"perf_{p.name}")
+        written = perf_docs.write(res, TABLES)
+        print("docs/performance.md: regenerated " + (", ".join(written) or "nothing (no markers for these sections)"))
 
 
 if __name__ == "__main__":
