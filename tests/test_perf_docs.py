@@ -77,3 +77,8 @@ def test_render_from_saved_results_is_byte_for_byte_stable(tmp_path):
 def test_commit_names_the_checkout():
     c = perf_docs.commit()
     assert c == "?" or len(c.split("+")[0]) >= 7
+
+
+def test_no_performance_md_writes_nothing(tmp_path):
+    assert perf_docs.write(RES, TABLES, tmp_path / "absent.md") == []
+    assert not (tmp_path / "absent.md").exists()

@@ -56,7 +56,9 @@ def block(name: str, res: dict, lines: list[str]) -> str:
 
 def write(res: dict, tables: dict[str, Callable[[dict], list[str]]], path: Path = DOC) -> list[str]:
     """Replace the generated block of every section in ``res`` that has a table function and both markers in
-    ``path``; return the names written."""
+    ``path`` (no file: nothing to write); return the names written."""
+    if not path.exists():
+        return []
     text = path.read_text()
     done = []
     for name, table in tables.items():
