@@ -75,7 +75,7 @@ def db_bytes(n: int, backends=("sqlite", "postgresql")) -> dict:
                 if url is None:
                     out["notes"].append(drop)
                     break
-            app = create_app(Settings(data_dir=Path(tmp), database_url=url))
+            app = create_app(Settings(data_dir=Path(tmp), database_url=url, rate_limit=0, tenant_rate_limit=0))
             ctx = app.state.ctx
             try:
                 t = ctx.tenants.create_tenant("mem")
