@@ -1,11 +1,13 @@
 """Benchmark runner: ``python -m bench [--sections engine,http,forget,memory,profiles] [--quick]``.
 
 ``python -m bench --render bench/results/results.json [--docs]`` measures nothing: it rewrites what a run writes
-besides results.json from that saved run: the generated parts of docs/accuracy.md (byte for byte) and the plots.
+besides results.json from that saved run: the generated parts of docs/accuracy.md and docs/performance.md (byte for
+byte) and the plots.
 
 Runs the selected sections, prints one table per section with ratios against the baselines measured in the same
 run, writes ``bench/results/results.json`` and PNG plots under ``bench/results/`` (``--docs`` also copies the
-summary plots to ``docs/``).  Nothing here is asserted by the tests; numbers depend on the machine and its load.
+summary plots to ``docs/`` and rewrites each run section's generated block of docs/performance.md: its run line --
+date, commit, machine -- and its table; bench/performance/docs.py).  Nothing here is asserted by the tests; numbers depend on the machine and its load.
 Sections: engine (learn throughput vs river and a numpy loop), http (service ingest and latency vs a bare FastAPI
 endpoint), forget (forget(1) vs retraining as the stream grows, every family), memory (state blob, resident engine,
 database bytes per example), profiles (pyinstrument/py-spy evidence for the misses), noise (17 exact discrete
