@@ -147,7 +147,8 @@ def _memory_table(r: dict) -> list[str]:
     for backend, fams in db["backends"].items():
         for fam, v in fams.items():
             parts = ", ".join(f"{k} {val:.0f}" for k, val in v["per_example_bytes"].items())
-            lines.append(f"  {backend:>10} {fam:>12}: {v['total_per_example']:.0f} B ({parts})")
+            at = f", n = {v['n']}" if v.get("n", db["n"]) != db["n"] else ""
+            lines.append(f"  {backend:>10} {fam:>12}: {v['total_per_example']:.0f} B ({parts}){at}")
     lines += [f"note: {n}" for n in db.get("notes", [])]
     return lines
 
