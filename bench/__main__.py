@@ -1,11 +1,13 @@
 """Benchmark runner: ``python -m bench [--sections engine,http,forget,memory,profiles] [--quick]``.
 
 ``python -m bench --render bench/results/results.json [--docs]`` measures nothing: it rewrites what a run writes
-besides results.json from that saved run: the generated parts of docs/accuracy.md (byte for byte) and the plots.
+besides results.json from that saved run: the generated parts of docs/accuracy.md and docs/performance.md (byte for
+byte) and the plots.
 
 Runs the selected sections, prints one table per section with ratios against the baselines measured in the same
 run, writes ``bench/results/results.json`` and PNG plots under ``bench/results/`` (``--docs`` also copies the
-summary plots to ``docs/``).  Nothing here is asserted by the tests; numbers depend on the machine and its load.
+summary plots to ``docs/`` and rewrites each run section's generated block of docs/performance.md: its run line --
+date, commit, machine -- and its table; bench/performance/docs.py).  Nothing here is asserted by the tests; numbers depend on the machine and its load.
 Sections: engine (learn throughput vs river and a numpy loop), http (service ingest and latency vs a bare FastAPI
 endpoint), forget (forget(1) vs retraining as the stream grows, every family), memory (state blob, resident engine,
 database bytes per example), profiles (pyinstrument/py-spy evidence for the misses), noise (17 exact discrete
@@ -145,9 +147,30 @@ def _memory_table(r: dict) -> list[str]:
     for backend, fams in db["backends"].items():
         for fam, v in fams.items():
             parts = ", ".join(f"{k} {val:.0f}" for k, val in v["per_example_bytes"].items())
-            lines.append(f"  {backend:>10} {fam:>12}: {v['total_per_example']:.0f} B ({parts})")
+            at = f", n = {v['n']}" if v.get("n", db["n"]) != db["n"] else ""
+            lines.append(f"  {backend:>10} {fam:>12}: {v['total_per_example']:.0f} B ({parts}){at}")
     lines += [f"note: {n}" for n in db.get("notes", [])]
     return lines
+
+
+def _profiles_table(r: dict) -> list[str]:
+    lines = ["## profiles: " + ", ".join(f"{k} = {fmt_time(v)}" for k, v in r.items() if not isinstance(v, dict))]
+    return lines + [f"  {k}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in v.items())
+                    for k, v in r.items() if isinstance(v, dict)]
+
+
+def _module_table(package: str, module: str):
+    def table(r: dict) -> list[str]:
+        import importlib
+        return importlib.import_module(f"bench.{package}.{module}").table(r)
+    return table
+
+
+# the printed table of each section, for docs/performance.md's generated blocks (bench/performance/docs.py)
+TABLES = {"engine": _engine_table, "http": _http_table, "forget": _forget_table, "noise": _noise_table,
+          "memory": _memory_table, "profiles": _profiles_table, "stream": _module_table("performance", "stream"),
+          "coldstart": _module_table("performance", "coldstart"), "scale": _module_table("scale", "scale"),
+          "replay": _module_table("performance", "replay")}
 
 
 def targets(res: dict) -> dict:
@@ -267,6 +290,10 @@ def render(res: dict, out: Path, docs: Path, to_docs: bool) -> list[Path]:
     if "scale_accuracy" in res:
         from .accuracy import scale_accuracy_docs
         made += scale_accuracy_docs.write_docs(res["scale_accuracy"], out, into)
+    if into is not None:
+        from .performance import docs as perf_docs
+        if perf_docs.write(res, TABLES, into / "performance.md"):
+            made.append(into / "performance.md")
     summary = plots(res, out)
     if to_docs:
         for p in summary:
@@ -282,7 +309,9 @@ def main(argv=None) -> None:
     ap.add_argument("--backends", default="sqlite,postgresql", help="databases for the http and memory sections")
     ap.add_argument("--profile", action="store_true", help="record the service with py-spy during the http section")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--docs", action="store_true", help="copy the summary plots to docs/")
+    ap.add_argument("--docs", action="store_true",
+                    help="copy the summary plots to docs/ and rewrite the sections' generated blocks of "
+                         "docs/performance.md")
     ap.add_argument("--server-cpus", default="", help="fairness: CPUs to pin the server to (e.g. 0,1)")
     ap.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
                     help="measure nothing: rewrite the docs' generated parts and the plots from a saved results.json")
@@ -298,7 +327,8 @@ def main(argv=None) -> None:
         ap.error(f"unknown sections: {', '.join(sorted(unknown))}")
     backends = tuple(b.strip() for b in a.backends.split(",") if b.strip())
     a.out.mkdir(parents=True, exist_ok=True)
-    res: dict = {"machine": machine(), "quick": a.quick, "sections": sections}
+    from .performance import docs as perf_docs
+    res: dict = {"machine": machine(), "quick": a.quick, "sections": sections, "commit": perf_docs.commit()}
     t_start = time.perf_counter()
     for name in sections:
         t0 = time.perf_counter()
@@ -392,11 +422,7 @@ def main(argv=None) -> None:
             finally:
                 if url is not None:
                     drop()
-            print("## profiles: " + ", ".join(f"{k} = {fmt_time(v)}" for k, v in res["profiles"].items()
-                                               if not isinstance(v, dict)))
-            for k, v in res["profiles"].items():
-                if isinstance(v, dict):
-                    print(f"  {k}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in v.items()))
+            print("\n".join(_profiles_table(res["profiles"])))
         res.setdefault("section_seconds", {})[name] = time.perf_counter() - t0
         print(flush=True)
     res["targets"] = targets(res)
@@ -405,12 +431,16 @@ def main(argv=None) -> None:
         mark = {True: "MET", False: "MISSED", None: "n/a"}[t["met"]]
         print(f"  [{mark:>6}] {t['target']}: measured {t['measured']}")
     res["total_seconds"] = time.perf_counter() - t_start
-    made = plots(res, a.out)
     (a.out / "results.json").write_text(json.dumps(res, indent=2, sort_keys=True, default=str) + "\n")
+    # plots and docs from the saved results (its sorted keys): what --render rebuilds from it, byte for byte
+    res = json.loads((a.out / "results.json").read_text())
+    made = plots(res, a.out)
     print(f"wrote {a.out / 'results.json'}" + "".join(f", {p.name}" for p in made))
     if a.docs:
         for p in made:
             shutil.copy(p, ROOT / "docs" / f"perf_{p.name}")
+        written = perf_docs.write(res, TABLES)
+        print("docs/performance.md: regenerated " + (", ".join(written) or "nothing (no markers for these sections)"))
 
 
 if __name__ == "__main__":

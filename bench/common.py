@@ -116,3 +116,8 @@ def wait_for(url: str, proc, path: str = "/readyz", timeout: float = 120.0, poll
         if proc.poll() is not None or time.perf_counter() - started > timeout:
             raise RuntimeError(f"{url}{path} did not answer 200")
         time.sleep(poll)
+
+
+# one client measures the service alone: the per-key and per-tenant request limits (default 1000/s and 200/s,
+# app/config.py) would answer 429 to the bench's own loops, so the servers it starts run with them off
+NO_RATE_LIMITS = {"OLU_RATE_LIMIT": "0", "OLU_TENANT_RATE_LIMIT": "0"}

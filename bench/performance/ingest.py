@@ -27,7 +27,7 @@ import httpx
 import numpy as np
 import orjson
 
-from ..common import free_port, stream
+from ..common import NO_RATE_LIMITS, free_port, stream
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN = os.environ.get("OLU_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -241,7 +241,8 @@ def run(quick: bool, backends: tuple[str, ...] = ("sqlite", "postgresql"), profi
             tmps.append(tmp)
             admin = "bench-" + secrets.token_hex(16)
             env = {"OLU_DATA_DIR": tmp, "OLU_ADMIN_TOKEN": admin, "OLU_SQLITE_SYNCHRONOUS": "FULL",
-                   "OLU_LOG_LEVEL": "WARNING"}
+                   "OLU_LOG_LEVEL": "WARNING",
+                   **NO_RATE_LIMITS}
             if backend == "postgresql":
                 pg_url, drop = _pg_database()
                 if pg_url is None:

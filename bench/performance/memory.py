@@ -58,6 +58,9 @@ def _db_bytes(db) -> dict[str, int]:
         return {r[0]: int(r[1]) for r in rows}
 
 
+ACTIVE_RECORDS = 4_000
+
+
 def db_bytes(n: int, backends=("sqlite", "postgresql")) -> dict:
     from app.config import Settings
     from app.main import create_app
@@ -68,6 +71,10 @@ def db_bytes(n: int, backends=("sqlite", "postgresql")) -> dict:
     X, y = stream(n, D, seed=12)
     for backend in backends:
         for algorithm in ("passive_olu", "active_olu"):
+            # active_olu keeps its records under a cap (max_records) that the per-request work budget bounds
+            # (about 5 000 at d = 64): it learns up to ACTIVE_RECORDS examples here, its row says how many
+            k = min(n, ACTIVE_RECORDS) if algorithm == "active_olu" else n
+            hyper = {"max_records": k} if algorithm == "active_olu" else {}
             tmp = tempfile.mkdtemp(prefix="olu-mem-")
             url, drop = None, None
             if backend == "postgresql":
@@ -75,23 +82,23 @@ def db_bytes(n: int, backends=("sqlite", "postgresql")) -> dict:
                 if url is None:
                     out["notes"].append(drop)
                     break
-            app = create_app(Settings(data_dir=Path(tmp), database_url=url))
+            app = create_app(Settings(data_dir=Path(tmp), database_url=url, rate_limit=0, tenant_rate_limit=0))
             ctx = app.state.ctx
             try:
                 t = ctx.tenants.create_tenant("mem")
                 m = ctx.models.create(t["id"], {"name": "m", "algorithm": algorithm, "loss": "logistic", "dim": D,
                                                 "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0,
                                                 "l2": 0.01, "privacy": {"epsilon": 1.0, "delta": 1e-6},
-                                                "hyperparameters": {}})
+                                                "hyperparameters": hyper})
                 before = _db_bytes(ctx.db)
-                for i in range(0, n, 1000):
-                    ctx.models.learn(t["id"], m["id"], [f"record-{j:08d}" for j in range(i, min(n, i + 1000))],
-                                     X[i:i + 1000], y[i:i + 1000])
+                for i in range(0, k, 1000):
+                    ctx.models.learn(t["id"], m["id"], [f"record-{j:08d}" for j in range(i, min(k, i + 1000))],
+                                     X[i:min(k, i + 1000)], y[i:min(k, i + 1000)])
                 after = _db_bytes(ctx.db)
-                per = {k: (after.get(k, 0) - before.get(k, 0)) / n for k in after
-                       if after.get(k, 0) - before.get(k, 0) > 0}
+                per = {name: (after.get(name, 0) - before.get(name, 0)) / k for name in after
+                       if after.get(name, 0) - before.get(name, 0) > 0}
                 out["backends"].setdefault(backend, {})[algorithm] = {
-                    "per_example_bytes": per, "total_per_example": sum(per.values())}
+                    "per_example_bytes": per, "total_per_example": sum(per.values()), "n": k}
             finally:
                 ctx.db.dispose()
                 if drop is not None:

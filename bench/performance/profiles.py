@@ -49,7 +49,7 @@ def learn_profile(results: Path, batches: int = 30) -> float:
     from ..common import stream
 
     tmp = tempfile.mkdtemp(prefix="olu-prof-")
-    app = create_app(Settings(data_dir=Path(tmp), sqlite_synchronous="FULL"))
+    app = create_app(Settings(data_dir=Path(tmp), sqlite_synchronous="FULL", rate_limit=0, tenant_rate_limit=0))
     ctx = app.state.ctx
     t = ctx.tenants.create_tenant("p")
     m = ctx.models.create(t["id"], {"name": "m", "algorithm": "passive_olu", "loss": "logistic", "dim": 64,

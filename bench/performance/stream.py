@@ -31,6 +31,7 @@ from pathlib import Path
 import httpx
 import orjson
 
+from ..common import NO_RATE_LIMITS
 from ..common import stream as make_stream
 from .ingest import D, Server, _new_model, _pg_database
 
@@ -108,7 +109,8 @@ async def _streams(action: str, name: str, tenant: str = "") -> None:
 
 def _backend(name: str, url: str, data_dir: Path, quick: bool) -> dict:
     env = {"OLU_DATA_DIR": str(data_dir), "OLU_DATABASE_URL": url, "OLU_ADMIN_TOKEN": ADMIN,
-           "OLU_SQLITE_SYNCHRONOUS": "FULL", "OLU_LOG_LEVEL": "WARNING"}
+           "OLU_SQLITE_SYNCHRONOUS": "FULL", "OLU_LOG_LEVEL": "WARNING",
+           **NO_RATE_LIMITS}
     api = Server("app.main:app", env)
     stream_name = f"BENCH_{secrets.token_hex(4).upper()}"
     consumer = None
