@@ -101,8 +101,10 @@ def _params_sha256(p: dict) -> str:
 @pytest.mark.parametrize("db", ["sqlite", "postgresql"])
 def test_sigkill_under_load_loses_no_acknowledged_write_and_half_applies_none(db, tmp_path, request):
     url = f"sqlite:///{tmp_path / 'olu.db'}" if db == "sqlite" else request.getfixturevalue("postgres_url")
+    # the tenant request limit (200/s by default, docs/operations.md §10.1) is off: the checker reads every record
+    # back in a tight loop after the restarts, which is not what this test is about (it answered 429 in CI once)
     env = service_env(tmp_path, url, OLU_SIGNING_KEY=base64.b64encode(os.urandom(32)).decode(),
-                      OLU_SQLITE_SYNCHRONOUS="FULL")
+                      OLU_SQLITE_SYNCHRONOUS="FULL", OLU_TENANT_RATE_LIMIT="0")
     seed = int.from_bytes(os.urandom(4), "little")
     rng = random.Random(seed)
     driver = Driver(seed)
