@@ -323,6 +323,18 @@ class Unlearner(ABC):
         return self.predict_published(self.spec, self.loss, self.published(), np.asarray(X, dtype=np.float64))
 
 
+def checked_forget_steps(steps: Sequence[int], t: int) -> list[int]:
+    """A forget request's steps as ints, refused (ForgetError) when one is named twice or was never learned (outside
+    1..t): the check every family that forgets by step starts with."""
+    steps = [int(s) for s in steps]
+    if len(set(steps)) != len(steps):
+        raise ForgetError("a step is named twice in one forget request")
+    for u in steps:
+        if not 1 <= u <= t:
+            raise ForgetError(f"step {u} was never learned by this model")
+    return steps
+
+
 def validate_examples(spec: ModelSpec, loss: Any, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     """Reject inputs that would void the Lipschitz constant before they touch the state."""
     try:

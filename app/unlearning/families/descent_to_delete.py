@@ -70,7 +70,7 @@ import numpy as np
 from ..contract.certificate import Certificate, exact_retrain_certificates
 from ..contract.errors import ForgetError
 from ..contract.spec import ModelSpec
-from ..contract.unlearner import RetainedData
+from ..contract.unlearner import RetainedData, checked_forget_steps
 from ..maths import d2d_constants as dm
 from ..maths.domain import project_l2_ball
 from ..maths.losses import make_loss
@@ -411,12 +411,7 @@ class DescentToDelete(DescentToDeleteVariants):
         if retained is None:
             raise ValueError("descent_to_delete needs the retained examples")
         retained = cached(retained, self.spec.dim)
-        steps = [int(s) for s in steps]
-        if len(set(steps)) != len(steps):
-            raise ForgetError("a step is named twice in one forget request")
-        for u in steps:
-            if not 1 <= u <= self.t:
-                raise ForgetError(f"step {u} was never learned by this model")
+        steps = checked_forget_steps(steps, self.t)
         try:
             retained.get(steps)
         except KeyError:

@@ -53,7 +53,7 @@ import numpy as np
 from ..contract.certificate import Certificate
 from ..contract.errors import ForgetError, InputError, SpecError
 from ..contract.spec import BOUND_TOLERANCE, ModelSpec
-from ..contract.unlearner import RetainedData, Unlearner
+from ..contract.unlearner import RetainedData, Unlearner, checked_forget_steps
 from ..maths import work_budget as wb
 from ..mechanism.calibration import Checks
 from ..mechanism.noise import NoiseSource
@@ -339,12 +339,7 @@ class ExactRidge(Unlearner):
         return steps
 
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
-        steps = [int(s) for s in steps]
-        if len(set(steps)) != len(steps):
-            raise ForgetError("a step is named twice in one forget request")
-        for u in steps:
-            if not 1 <= u <= self.t:
-                raise ForgetError(f"step {u} was never learned by this model")
+        steps = checked_forget_steps(steps, self.t)
         if len(steps) > self.records_held():
             raise ForgetError("more records named than the model holds")
         if not steps:

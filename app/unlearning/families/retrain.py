@@ -16,7 +16,7 @@ import numpy as np
 from ..contract.certificate import Certificate
 from ..contract.errors import ForgetError, SpecError
 from ..contract.spec import ModelSpec
-from ..contract.unlearner import RetainedData, Unlearner
+from ..contract.unlearner import RetainedData, Unlearner, checked_forget_steps
 from ..maths import work_budget as wb
 from ..maths.domain import project_l2_ball
 from ..maths.losses import Loss, augment
@@ -88,12 +88,7 @@ class OGDIterate:
 
 def check_forget_steps(steps: Sequence[int], t: int, retained: RetainedData | None, algorithm: str) -> list[int]:
     """Validate a forget request against the clock and the retained store (shared by data-holding families)."""
-    steps = [int(s) for s in steps]
-    if len(set(steps)) != len(steps):
-        raise ForgetError("a step is named twice in one forget request")
-    for u in steps:
-        if not 1 <= u <= t:
-            raise ForgetError(f"step {u} was never learned by this model")
+    steps = checked_forget_steps(steps, t)
     if retained is None:
         raise ForgetError(f"{algorithm} needs the retained examples to forget")
     if steps:
