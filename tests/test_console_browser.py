@@ -37,6 +37,12 @@ if not CHROMIUM:
     pytest.skip("the console browser tests need Chromium: apt-get install chromium (.ci/run does it as root), "
                 "or set OLU_CHROMIUM to a Chromium binary", allow_module_level=True)
 
+# On the container tests' worker, one after the other: tests/test_image.py and tests/test_compose.py add and remove
+# podman's bridge and veth interfaces, and Chromium aborts every load in flight with net::ERR_NETWORK_CHANGED when
+# the host's interfaces change (crbug.com/41465264). CI failed once that way (stop 34: a page whose scripts did not
+# load). Sharing the xdist group keeps the browser off the host's network while containers come and go.
+pytestmark = pytest.mark.xdist_group("containers")
+
 SHOTS = os.environ.get("OLU_CONSOLE_SCREENSHOTS")
 VIEWPORT = {"width": 1280, "height": 860}
 
