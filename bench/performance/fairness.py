@@ -42,7 +42,9 @@ LIMITS_OFF = {"OLU_TENANT_RATE_LIMIT": "0", "OLU_TENANT_MAX_IN_FLIGHT": "0", "OL
               "OLU_COMPUTE_SLOTS": "0", "OLU_GIL_SWITCH_INTERVAL": "0.005"}  # 0.005: Python's default
 NO_SCHEDULER = {"OLU_COMPUTE_SLOTS": "0", "OLU_GIL_SWITCH_INTERVAL": "0.005"}
 B_THINK = 0.005  # B's pause between predicts: about 150 requests/s, below OLU_TENANT_RATE_LIMIT's 200
-FLOOD_NICE = 19  # the flood processes' niceness: they stand in for remote clients (see the module docstring)
+# the flood processes' niceness: they stand in for remote clients (see the module docstring); OLU_BENCH_FLOOD_NICE=0
+# runs them at the server's own priority, to show what clients sharing the server's CPUs do to the figures
+FLOOD_NICE = int(os.environ.get("OLU_BENCH_FLOOD_NICE", "19"))
 
 
 def _pin(pid: int, cpus: set[int] | None) -> None:
