@@ -79,7 +79,7 @@ class Settings(BaseSettings):
         description="Computations (the worker-thread part of learn, unlearn and large predictions) running at once "
                     "in a process; more wait in per-tenant queues served round robin, so one tenant's queue does not "
                     "delay another's requests (app/api/fairness.py FairScheduler); default: the CPUs the process may "
-                    "use minus one (the event loop's), at least 1; 0: off (no queue, only the thread pool).")
+                    "use, at least 2 (one tenant holds at most all but one); 0: off (no queue, only the thread pool).")
     gil_switch_interval: float = Field(
         0.001, ge=0, le=1, allow_inf_nan=False,
         description="Seconds a thread may hold the GIL while another waits for it (sys.setswitchinterval; Python's "
