@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 
 import pytest
 
@@ -296,6 +297,26 @@ def test_service_runs_learn_unlearn_and_large_predicts_through_the_scheduler(tmp
             assert c.post(f"/v1/models/{mid}/unlearn", json={"ids": [examples(unit_rows(3, 4))[0]["id"]]}
                           ).status_code == 200
             assert turns == [tid, tid, tid] and sched.busy == 0 and sched.waiting() == 0
+            # a body above INLINE_BODY_BYTES is decoded and validated on a worker thread in the tenant's turn too
+            # (issue 29: a flood of large predicts held the event loop): same answers as on the loop
+            prediction = app.state.ctx.models.prediction
+            small_answer = c.post(f"/v1/models/{mid}/predict", json={"x": unit_rows(1, 4).tolist()}).json()
+            assert turns == [tid, tid, tid]  # 4 values: still on the loop
+            prediction.INLINE_BODY_BYTES = 16
+            padded = json.dumps({"x": unit_rows(1, 4).tolist()}, indent=8)
+            r = c.post(f"/v1/models/{mid}/predict", content=padded, headers={"content-type": "application/json"})
+            assert r.status_code == 200 and r.json() == small_answer and turns == [tid] * 4
+            bad = {"not json": (b'{"x": [[0.1, 0.2, 0.3, ' + b" " * 64, "json_invalid"),
+                   "not numbers": (json.dumps({"x": [["a", 0, 0, 0]]}, indent=4).encode(), "float_type")}
+            for name, (content, kind) in bad.items():
+                r = c.post(f"/v1/models/{mid}/predict", content=content, headers={"content-type": "application/json"})
+                assert r.status_code == 422 and kind in r.text, (name, r.text)
+                prediction.INLINE_BODY_BYTES = 1 << 20  # the same body on the event loop: the same answer
+                on_loop = c.post(f"/v1/models/{mid}/predict", content=content,
+                                 headers={"content-type": "application/json"})
+                assert (on_loop.status_code, on_loop.json()) == (r.status_code, r.json()), name
+                prediction.INLINE_BODY_BYTES = 16
+            assert sched.busy == 0 and sched.waiting() == 0
         off = create_app(Settings(data_dir=tmp_path / "off", admin_token=token, log_level="WARNING", compute_slots=0))
         assert off.state.ctx.scheduler is None
     finally:

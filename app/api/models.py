@@ -13,6 +13,7 @@ from ..schemas import (NO_CONTROL, LearnColumnarRequest, LearnRequest, LearnResp
                            PredictResponse, RetrainResponse, UnlearnRequest, UnlearnResponse)
 from . import idempotent
 from .json_body import json_body, openapi_body
+from .json_body import parse as parse_json_body
 from .learn_body import openapi_request_body, parse_learn_body
 from .deps import AnyKey, Predictor, Writer, get_ctx
 from .problems import responses
@@ -168,8 +169,7 @@ def retrain(model_id: ModelId, request: Request, p: Writer, idempotency_key: Ide
 
 @router.post("/{model_id}/predict", response_model=PredictResponse, responses=responses(401, 403, 404, 413, 422),
              openapi_extra=openapi_body(PredictRequest))
-async def predict(model_id: ModelId, request: Request, p: Predictor,
-                  body: Annotated[PredictRequest, Depends(json_body(PredictRequest))]):
+async def predict(model_id: ModelId, request: Request, p: Predictor, raw: Annotated[bytes, Depends(_raw_body)]):
     """Predict with the published parameters: dense vectors `x`, or feature dictionaries `features` for a model
     with a feature spec (encoded exactly as at learning).
 
@@ -177,13 +177,25 @@ async def predict(model_id: ModelId, request: Request, p: Predictor,
     `features-not-declared` / `features-required`, then `unknown-feature`, `out-of-range-feature`,
     `invalid-features`); each vector has the model's `dim` values (422 `invalid-dimension`) small enough to score
     (422 `out-of-bounds-input`); at most OLU_MAX_BATCH inputs (413 `batch-too-large`)."""
-    models = get_ctx(request).models
-    features = None if body.features is None else [f.root for f in body.features]
-    if models.prediction.predict_inline(body.x if features is None else features):  # small SQLite reads answer on the event
-        return idempotent.json_response(PredictResponse, models.prediction.predict(  # loop (no worker-thread hop)
-            p.tenant_id, model_id, body.x, inline=True, features=features))
-    return await _compute(request, p.tenant_id, lambda: idempotent.json_response(
-        PredictResponse, models.prediction.predict(p.tenant_id, model_id, body.x, features=features)))
+    prediction = get_ctx(request).models.prediction
+    content_type = request.headers.get("content-type")
+
+    def answer(body: PredictRequest | None, inline: bool = False):
+        if body is None:
+            body = parse_json_body(PredictRequest, raw, content_type)
+        features = None if body.features is None else [f.root for f in body.features]
+        return idempotent.json_response(PredictResponse, prediction.predict(
+            p.tenant_id, model_id, body.x, inline=inline, features=features))
+
+    # Only small predictions are answered on the event loop (no worker-thread hop); a large body is decoded,
+    # validated and computed on a worker thread in its tenant's turn, so that one tenant's large predictions do
+    # not hold the loop, and every other tenant's requests queued behind them, for milliseconds each (issue 29)
+    if len(raw) > prediction.INLINE_BODY_BYTES:
+        return await _compute(request, p.tenant_id, answer, None)
+    body = parse_json_body(PredictRequest, raw, content_type)
+    if prediction.predict_inline(body.x if body.features is None else [f.root for f in body.features]):
+        return answer(body, inline=True)
+    return await _compute(request, p.tenant_id, answer, body)
 
 
 @router.get("/{model_id}/parameters", response_model=Parameters, responses=responses(401, 403, 404))

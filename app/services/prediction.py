@@ -16,7 +16,12 @@ from .model_core import (UseCase, _PREDICT_COLUMNS)
 
 
 class Prediction(UseCase):
-    INLINE_PREDICT_VALUES = 65_536  # larger prediction requests are computed on a worker thread
+    # Larger prediction requests are decoded (INLINE_BODY_BYTES) and computed (INLINE_PREDICT_VALUES) on a worker
+    # thread in the tenant's turn (app/api/models.py predict). Measured in the fairness bench (issue 29): a 100-row
+    # predict at d = 64 (6 400 values, 130 kB) held the event loop 2.4 ms at the median and 7 ms at p90 under a
+    # flood, and another tenant's 1-row predicts waited behind it (5-10 ms before their request was read).
+    INLINE_PREDICT_VALUES = 1_024
+    INLINE_BODY_BYTES = 16_384
 
     def predict_inline(self, X: list[list[float]]) -> bool:
         """Whether ``predict(..., inline=True)`` may run on the event loop: on SQLite (one indexed read of the
