@@ -19,6 +19,24 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, settings
 
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """``--dist loadgroup`` keeps each ``xdist_group`` on one worker by appending ``@group`` to its tests' ids
+    (pytest-xdist's own collection hook, which runs before this one). Where that does not happen (pytest 9.2 with
+    pytest-xdist 3.8: the id moved to ``item._id``), the groups' tests would run on several workers at once and fail
+    at random (two compose topologies on one subnet, a browser beside podman's interfaces): refuse to run instead."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    lost = [item.nodeid for item in items
+            if item.get_closest_marker("xdist_group") and "@" not in item.nodeid.rpartition("]")[2]]
+    if lost:
+        message = (f"--dist loadgroup did not group {len(lost)} tests (e.g. {lost[0]}): this pytest-xdist does not work "
+                   "with this pytest; install the versions pyproject.toml's test extra allows")
+        import sys
+        print(f"\nconftest: {message}", file=sys.__stderr__, flush=True)  # a worker's exception reaches the
+        raise pytest.UsageError(message)  # controller as an INTERNALERROR without its text
+
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                           derandomize=True)
