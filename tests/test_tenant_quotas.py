@@ -138,6 +138,17 @@ def test_quotas_are_admin_only_and_validated(server, tenant):
     with server.admin() as a:
         assert a.put(f"/v1/tenants/{tenant_id}/quotas", json={"models": -1}).status_code == 422
         assert a.put(f"/v1/tenants/{tenant_id}/quotas", json={"disk": 1}).status_code == 422
+        # the bound is exact as a double, so a client that validates in doubles agrees with the service at the edge
+        # (it was 2**62: 2**62 + 95 read as 2**62 in doubles, schema-valid to schemathesis, refused here)
+        top = 2**53 - 1
+        maximum = a.get("/openapi.json").json()["components"]["schemas"]["QuotaSet"]["properties"]["records"]
+        assert [b.get("maximum") for b in maximum["anyOf"] if b.get("type") == "integer"] == [top]
+        assert float(top) == top
+        assert a.put(f"/v1/tenants/{tenant_id}/quotas", json={"records": top}).status_code == 200
+        assert a.put(f"/v1/tenants/{tenant_id}/quotas", json={"bytes": True}).status_code == 422  # not read as 1
+        for too_big in (top + 1, 2**62 + 95):
+            r = a.put(f"/v1/tenants/{tenant_id}/quotas", json={"records": too_big})
+            assert r.status_code == 422 and "records" in r.text, r.text
         assert a.put("/v1/tenants/ten_nope/quotas", json={}).status_code == 404
         assert a.get("/v1/tenants/ten_nope").status_code == 404
         view = a.put(f"/v1/tenants/{tenant_id}/quotas", json={}).json()  # back to the defaults

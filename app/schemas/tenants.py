@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 
 
 from .common import (UtcDatetime, NO_CONTROL, Scope, Strict)
+from .rules import json_int
 
 
 # ---- tenants and keys ---------------------------------------------------------------------------------
@@ -34,16 +35,23 @@ class TenantCreated(BaseModel):
     api_key: str = Field(description="Shown once; carries the write, predict and audit scopes.")
 
 
+MAX_QUOTA = 2**53 - 1
+
+
 class QuotaSet(Strict):
     """A tenant's own quotas (PUT /v1/tenants/{id}/quotas): each replaces the deployment's default for it."""
 
-    models: int | None = Field(None, ge=0, le=2**62, description="Live models; 0: no limit; null or absent: the "
-                                                                  "deployment's default (OLU_TENANT_MAX_MODELS).")
-    records: int | None = Field(None, ge=0, le=2**62, description="Records held (learned, not forgotten); 0: no "
-                                                                   "limit; null or absent: OLU_TENANT_MAX_RECORDS.")
-    bytes: int | None = Field(None, ge=0, le=2**62, description="Bytes stored (states, records, retained examples, "
-                                                                 "estimated from the byte lengths written); 0: no "
-                                                                 "limit; null or absent: OLU_TENANT_MAX_BYTES.")
+    # At most 2**53 - 1, JavaScript's largest safe integer, exact as a double, as is every integer below it. The bound
+    # was 2**62, which the OpenAPI document states as a double: a client comparing in doubles took 2**62 + 95 for
+    # 2**62, valid, and the service refused it (schemathesis ST202 in CI)
+    # json_int: an integer or an integral float as JSON Schema's "integer" has it, never a boolean (true read as 1)
+    models: json_int(ge=0, le=MAX_QUOTA) | None = Field(None, description=(
+        "Live models; 0: no limit; null or absent: the deployment's default (OLU_TENANT_MAX_MODELS)."))
+    records: json_int(ge=0, le=MAX_QUOTA) | None = Field(None, description=(
+        "Records held (learned, not forgotten); 0: no limit; null or absent: OLU_TENANT_MAX_RECORDS."))
+    bytes: json_int(ge=0, le=MAX_QUOTA) | None = Field(None, description=(
+        "Bytes stored (states, records, retained examples, estimated from the byte lengths written); 0: no limit; "
+        "null or absent: OLU_TENANT_MAX_BYTES."))
 
 
 class QuotaNumbers(BaseModel):
