@@ -173,6 +173,15 @@ TABLES = {"engine": _engine_table, "http": _http_table, "forget": _forget_table,
           "replay": _module_table("performance", "replay")}
 
 
+def _accuracy_docs_section(res: dict, name: str, a, run, table, write_docs) -> None:
+    """Run a section that owns generated parts of docs/accuracy.md, print its table, and write its files; like
+    accuracy, a full run rewrites its docs parts (--quick only with --docs)."""
+    res[name] = run(a.quick)
+    print("\n".join(table(res[name])))
+    made = write_docs(res[name], a.out, ROOT / "docs" if a.docs or not a.quick else None)
+    print("wrote " + ", ".join(str(p) for p in made))
+
+
 def targets(res: dict) -> dict:
     out = {}
 
@@ -372,20 +381,11 @@ def main(argv=None) -> None:
                 print(f"wrote {scale_n.write_docs(res['scale_n'])}")
         elif name == "scale_accuracy":
             from .accuracy import scale_accuracy
-            res["scale_accuracy"] = scale_accuracy.run(a.quick)
-            print("\n".join(scale_accuracy.table(res["scale_accuracy"])))
-            # like accuracy: a full run rewrites its generated parts of docs/accuracy.md; --quick only with --docs
-            made_sa = scale_accuracy.write_docs(res["scale_accuracy"], a.out,
-                                                ROOT / "docs" if a.docs or not a.quick else None)
-            print("wrote " + ", ".join(str(p) for p in made_sa))
+            _accuracy_docs_section(res, name, a, scale_accuracy.run, scale_accuracy.table, scale_accuracy.write_docs)
         elif name == "membership_power":
             from .accuracy import membership
-            res["membership_power"] = membership.power(a.quick)
-            print("\n".join(membership.power_table(res["membership_power"])))
-            # like accuracy: a full run rewrites its generated part of docs/accuracy.md; --quick only with --docs
-            made_mp = membership.power_write_docs(res["membership_power"], a.out,
-                                                  ROOT / "docs" if a.docs or not a.quick else None)
-            print("wrote " + ", ".join(str(p) for p in made_mp))
+            _accuracy_docs_section(res, name, a, membership.power, membership.power_table,
+                                   membership.power_write_docs)
         elif name == "stream":
             from .performance import stream
             res["stream"] = stream.run(a.quick, backends)

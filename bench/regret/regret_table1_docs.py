@@ -49,9 +49,9 @@ def markdown(res: dict) -> list[str]:
         return f" [{len(notes)}]"
 
     head_T = " | ".join(f"T = {_pow10(T)}" for T in sizes)
-    out = ["### Table 1a: OLU regret", "",
-           f"| family | k | {head_T} | digits T = 10^3 | measured slope | papers' order term | predicted slope |",
-           "|---|---|" + "---|" * len(sizes) + "---|---|---|---|"]
+    header = [f"| family | k | {head_T} | digits T = 10^3 | measured slope | papers' order term | predicted slope |",
+              "|---|---|" + "---|" * len(sizes) + "---|---|---|---|"]
+    out = ["### Table 1a: OLU regret", "", *header]
     for row in rows:
         vals = []
         for T in sizes:
@@ -61,9 +61,7 @@ def markdown(res: dict) -> list[str]:
         out.append(f"| {row.family.label} | {row.k} | " + " | ".join(vals) + f" | {dg} | "
                    f"{_fmt_slope(row.regret_slope())} | {row.family.regret_order} | "
                    f"{_fmt_slope(predicted_slope(row.family.regret_T, sizes, row.k))} |")
-    out += ["", "### Table 1b: wall-clock cost per deletion (median over the run's deletions)", "",
-            f"| family | k | {head_T} | digits T = 10^3 | measured slope | papers' order term | predicted slope |",
-            "|---|---|" + "---|" * len(sizes) + "---|---|---|---|"]
+    out += ["", "### Table 1b: wall-clock cost per deletion (median over the run's deletions)", "", *header]
     for row in rows:
         vals = []
         for T in sizes:
