@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -33,7 +34,6 @@ def pytest_collection_modifyitems(config, items):
     if lost:
         message = (f"--dist loadgroup did not group {len(lost)} tests (e.g. {lost[0]}): this pytest-xdist does not work "
                    "with this pytest; install the versions pyproject.toml's test extra allows")
-        import sys
         print(f"\nconftest: {message}", file=sys.__stderr__, flush=True)  # a worker's exception reaches the
         raise pytest.UsageError(message)  # controller as an INTERNALERROR without its text
 
