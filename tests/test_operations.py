@@ -272,3 +272,36 @@ def test_an_operation_on_a_model_deleted_before_it_ran_fails_with_its_problem(se
     assert failed["error"]["type"] == "/problems/model-not-found" and failed["error"]["status"] == 404
     assert failed["error"]["title"] == "Model not found"
     assert wait_for(c, first["id"], ended, "the first")["status"] == "succeeded"
+
+
+def test_a_key_rotation_rewraps_the_sealed_request_of_an_operation_not_yet_ended(tmp_path):
+    import base64
+    import os
+
+    from app.config import Settings
+    from app.crypto import Cipher
+    from app.db import operation_payloads as payloads
+    from app.db.migrate import upgrade_to_head
+    from app.db.reseal import reseal_all
+    from app.db.session import Database
+    from app.db.tables import Tenant
+    from app.ids import utcnow
+    from app.services.operations import Lease, OperationStore
+
+    k1, k2 = os.urandom(32), os.urandom(32)
+    db = Database(f"sqlite:///{tmp_path / 'olu.db'}")
+    upgrade_to_head(db.engine)
+    store = OperationStore(db, Cipher(k1), Settings(data_dir=tmp_path))
+    with db.write() as s:
+        s.add(Tenant(id="ten_x", name="x", record_key=base64.b64encode(os.urandom(32)), created_at=utcnow()))
+        s.flush()
+        op = store.create(s, "ten_x", "mdl_x", "unlearn", 2, [{"start": 0, "digests": b"\1" * 64}])
+    assert reseal_all(db, Cipher(k2, [k1]))["operation_keys"] == 1
+    assert reseal_all(db, Cipher(k2))["operation_keys"] == 0  # already under the active key
+    lease = Lease(op.id, "ten_x", "mdl_x", "unlearn", "-", 2, 0, False, None)
+    assert OperationStore(db, Cipher(k2), store.settings).chunk(lease, 0) == {"start": 0, "digests": b"\1" * 64}
+    with db.write() as s:
+        payloads.shred(s, op.id)
+    with pytest.raises(Exception, match="shredded"):
+        OperationStore(db, Cipher(k2), store.settings).chunk(lease, 0)
+    db.dispose()

@@ -99,3 +99,19 @@ def shred(s, operation_id: str) -> int:
     """Destroy the operation's data key and every chunk left; the number of chunks deleted."""
     s.execute(update(_O).where(_O.c.id == operation_id).values(wrapped_key=None))
     return s.execute(delete(_P).where(_P.c.operation_id == operation_id)).rowcount
+
+
+def reseal_keys(db, cipher) -> int:
+    """Re-wrap the data key of every operation not yet ended under the active encryption key (app/db/reseal.py);
+    each one only if it is still the one read (an operation that ended meanwhile has shredded it)."""
+    with db.read() as s:
+        rows = s.execute(select(_O.c.id, _O.c.wrapped_key).where(_O.c.wrapped_key.is_not(None))).all()
+    n = 0
+    for op_id, wrapped in rows:
+        if cipher.key_id_in(wrapped) == cipher.active_key_id:
+            continue
+        fresh = cipher.seal(cipher.open(wrapped, PURPOSE, op_id), PURPOSE, op_id)
+        with db.write() as s:
+            n += s.execute(update(_O).where(_O.c.id == op_id, _O.c.wrapped_key == wrapped)
+                           .values(wrapped_key=fresh)).rowcount
+    return n
