@@ -235,7 +235,8 @@ def test_the_stored_request_holds_no_record_id_and_is_shredded_at_the_end(server
         mid = create_model(c, dim=3, algorithm="sisa", hyperparameters={"shards": 2, "max_forget_batch": 2})["id"]
         secret = [f"patient-{i}-0b7e1c" for i in range(8)]
         rows = unit_rows(8, 3)
-        body = {"examples": [{"id": rid, "x": x.tolist(), "y": float(i % 2)} for i, (rid, x) in enumerate(zip(secret, rows))]}
+        body = {"examples": [{"id": rid, "x": x.tolist(), "y": float(i % 2)}
+                             for i, (rid, x) in enumerate(zip(secret, rows))]}
         assert c.post(f"/v1/models/{mid}/learn", json=body).status_code == 200
         op = c.post(f"/v1/models/{mid}/unlearn", json={"ids": secret[:6]}).json()
         assert pause.entered.wait(60)  # the first batch is computing; the other chunks wait, sealed

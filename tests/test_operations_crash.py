@@ -62,7 +62,8 @@ def _check_forgotten(c: httpx.Client, mid: str, op: dict, ids: list[str]) -> Non
     assert len(receipts) == len(ids) == len({r["record_commitment"] for r in receipts})  # each once
     listed, cursor = [], None
     while True:
-        page = c.get(f"/v1/operations/{op['id']}/receipts", params={"limit": 200, **({"cursor": cursor} if cursor else {})})
+        page = c.get(f"/v1/operations/{op['id']}/receipts",
+                     params={"limit": 200, **({"cursor": cursor} if cursor else {})})
         listed += page.json()["items"]
         cursor = page.json()["next_cursor"]
         if cursor is None:
@@ -123,13 +124,33 @@ class RowLock:
         self.conn.close()
 
 
-def test_another_replica_takes_over_fenced_and_a_killed_replica_loses_nothing(postgres_url, tmp_path):
+@pytest.fixture
+def own_postgres(postgres_url):
+    """A database of this test's own: the session's is polled by the in-process server's operation runner (another
+    encryption key), which would claim these operations too."""
+    import secrets
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"olu_ops_{secrets.token_hex(4)}"
+    base = make_url(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield base.set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def test_another_replica_takes_over_fenced_and_a_killed_replica_loses_nothing(own_postgres, tmp_path):
     """Two replicas on one PostgreSQL database.  (1) Replica a computes a retrain and waits at its commit (the test
     holds the model's row lock); a is frozen (SIGSTOP) past its lease; replica b takes the retrain over (a new
     fencing token), computes it and waits at the commit too; the lock is released and a thawed: a's commit is
     refused by the fence (or finds the model moved on), b's passes: one retrain.  (2) b, running a bulk unlearn, is
     killed (SIGKILL); a takes it over and resumes after the last committed batch: every id forgotten once."""
-    url = postgres_url.replace("postgresql://", "postgresql+psycopg://", 1)
+    url = own_postgres
     env = dict(LEASE, OLU_ENCRYPTION_KEY="MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
                OLU_SIGNING_KEY="MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
     a = _start(ServiceProcess(service_env(tmp_path / "a", url, **env), tmp_path / "a.log"))

@@ -26,6 +26,7 @@ from .problems import TITLES, responses
 router = APIRouter(prefix="/v1/operations", tags=["operations"])
 OperationId = Annotated[str, Path(pattern=id_pattern("op"), description="An operation id.")]
 Limit = Annotated[int, Query(ge=1, le=200)]
+STATUS = "^(queued|running|succeeded|failed|cancelled)$"
 PreferHeader = Annotated[str | None, Header(alias="Prefer", max_length=1024, description=(
     "RFC 7240. `respond-async`: answer 202 Accepted with an operation even when the work fits one request; "
     "without it, only work over the request budget (OLU_MAX_REQUEST_WORK) is answered 202."))]
@@ -111,7 +112,7 @@ async def _reader_of_receipts(request: Request) -> Principal:
 @router.get("", response_model=OperationList, responses=responses(401, 403, 422))
 def list_operations(request: Request, p: AnyKey,
                     model_id: Annotated[str | None, Query(pattern=id_pattern("mdl"))] = None,
-                    status: Annotated[str | None, Query(pattern="^(queued|running|succeeded|failed|cancelled)$")] = None,
+                    status: Annotated[str | None, Query(pattern=STATUS)] = None,
                     cursor: Annotated[str | None, Query(pattern=id_pattern("op"))] = None, limit: Limit = 50):
     """The tenant's operations, newest first, with cursor pagination; optionally of one model, or in one status."""
     out = get_ctx(request).operations.list(p.tenant_id, model_id, status, cursor, limit)

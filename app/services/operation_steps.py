@@ -232,13 +232,14 @@ def run_unlearn(h: Handle, core) -> None:
         prior = [(start + i, gone[c]) for i, c in enumerate(commits) if c in gone and gone[c] is not None]
         end = start + len(digests)
 
-        def build(result: dict[str, Any] | None, keep=keep, prior=prior, end=end, seq=seq) -> dict[str, Any]:
+        def build(result: dict[str, Any] | None, keep=keep, prior=prior, start=start, end=end,
+                  seq=seq) -> dict[str, Any]:
             made = [] if result is None else [(start + keep[j], r["id"]) for j, r in enumerate(result["receipts"])]
             before = lease.result or {}
             version = before.get("version") if result is None else result["version"]
+            forgotten = int(before.get("forgotten", 0)) + len(made) + len(prior)
             return {"done": end, "final": end >= lease.total, "receipts": sorted(prior + made), "applied_chunk": seq,
-                    "result": {"version": version, "forgotten": int(before.get("forgotten", 0)) + len(made) + len(prior),
-                               "receipts": link}}
+                    "result": {"version": version, "forgotten": forgotten, "receipts": link}}
 
         if not keep:
             with core.db.write() as s:
@@ -304,9 +305,8 @@ def execute(h: Handle, core) -> str:
         return "lost"
     except Exception:  # noqa: BLE001 - an operation never takes its process down
         log.exception("operation %s failed", lease.id)
-        store.end(lease, "failed", problem_json(Problem(500, "internal-error", "The operation failed on an "
-                                                                              "internal error; nothing of its last step "
-                                                                              "was applied.")))
+        store.end(lease, "failed", problem_json(Problem(
+            500, "internal-error", "The operation failed on an internal error; nothing of its last step was applied.")))
         return "failed"
     if why == "cancel":
         store.end(lease, "cancelled")

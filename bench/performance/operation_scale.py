@@ -22,6 +22,7 @@ from ..common import spec, stream
 from .ingest import Server, _bodies
 
 BATCH = 10_000
+ENDED = ("succeeded", "failed", "cancelled")
 
 
 def _follow(c: httpx.Client, op_id: str, until, every: float = 0.25) -> tuple[dict, list[tuple[float, str, int]]]:
@@ -72,26 +73,30 @@ def main() -> None:
             t0 = time.perf_counter()
             r = c.post(f"/v1/models/{mid}/retrain")
             answered = time.perf_counter() - t0
-            print(f"POST /retrain (no Prefer): {r.status_code} in {answered * 1e3:.1f} ms, location {r.headers.get('location')}")
+            print(f"POST /retrain (no Prefer): {r.status_code} in {answered * 1e3:.1f} ms, "
+                  f"location {r.headers.get('location')}")
             if r.status_code != 202:
                 raise SystemExit(f"expected 202: {r.text[:300]}")
-            op, samples = _follow(c, r.json()["id"], lambda o: o["status"] in ("succeeded", "failed", "cancelled"))
+            op, samples = _follow(c, r.json()["id"], lambda o: o["status"] in ENDED)
             took = time.perf_counter() - t0
             moving = sorted({done for _, status, done in samples if status == "running"})
             print(f"retrain operation: {op['status']} in {took:.1f} s; progress {op['progress']}; "
                   f"{len(moving)} distinct progress values while running "
-                  f"({', '.join(str(v) for v in moving[:6])}{' ...' if len(moving) > 6 else ''}); result {op['result']}")
+                  f"({', '.join(str(v) for v in moving[:6])}{' ...' if len(moving) > 6 else ''}); "
+                  f"result {op['result']}")
             after = c.get(f"/v1/models/{mid}").json()
-            print(f"model version {before['version']} -> {after['version']}, epoch {before['epoch']} -> {after['epoch']}")
+            print(f"model version {before['version']} -> {after['version']}, "
+                  f"epoch {before['epoch']} -> {after['epoch']}")
             r = c.post(f"/v1/models/{mid}/retrain")
             second = r.json()["id"]
-            _follow(c, second, lambda o: o["progress"]["done"] > 0 or o["status"] in ("succeeded", "failed", "cancelled"), 0.05)
+            _follow(c, second, lambda o: o["progress"]["done"] > 0 or o["status"] in ENDED, 0.05)
             t1 = time.perf_counter()
             c.post(f"/v1/operations/{second}/cancel").raise_for_status()
-            op, _ = _follow(c, second, lambda o: o["status"] in ("succeeded", "failed", "cancelled"), 0.02)
+            op, _ = _follow(c, second, lambda o: o["status"] in ENDED, 0.02)
             stopped = time.perf_counter() - t1
             last = c.get(f"/v1/models/{mid}").json()
-            print(f"second retrain cancelled at {op['progress']}: {op['status']} {stopped * 1e3:.0f} ms after the cancel; "
+            print(f"second retrain cancelled at {op['progress']}: {op['status']} {stopped * 1e3:.0f} ms after the "
+                  "cancel; "
                   f"model version {last['version']} (unchanged: {last['version'] == after['version']})")
     finally:
         srv.stop()
