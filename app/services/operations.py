@@ -209,6 +209,8 @@ class OperationStore:
                     started_at=func.coalesce(_O.c.started_at, now),
                     lease_until=now + timedelta(seconds=self.lease_seconds))).rowcount:
                 got = s.execute(select(_O).where(_O.c.id == candidate.id)).mappings().one()
+                if got["kind"] == "retrain" and got["done"]:  # a retrain taken over starts again from its first record
+                    s.execute(update(_O).where(_O.c.id == candidate.id).values(done=0))
                 return Lease(got["id"], got["tenant_id"], got["model_id"], got["kind"], token, int(got["total"]),
                              int(got["done"]), bool(got["cancel_requested"]),
                              None if got["result"] is None else json.loads(got["result"]))
