@@ -15,6 +15,9 @@ signing_app = typer.Typer(help="The receipt-signing key ring in the data directo
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(key_app, name="key")
 app.add_typer(signing_app, name="signing-key")
+from .cli_operations import operations_app  # noqa: E402 - the operations verbs (app/cli_operations.py)
+
+app.add_typer(operations_app, name="operations")
 
 
 def _settings():

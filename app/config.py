@@ -127,6 +127,27 @@ class Settings(BaseSettings):
                     "Keep it above the longest request (OLU_REQUEST_DEADLINE_SECONDS plus database waits); a live "
                     "request whose claim is taken over commits nothing (fenced).")
 
+    # long work run as operations (app/services/operations.py, docs/operations.md "Operations")
+    operation_workers: int = Field(
+        1, ge=0, description="Operations (long retrains, bulk unlearns, large learns: 202 Accepted) this process runs "
+                             "at once; 0: it runs none (another replica or `olu operations work` does).")
+    operation_lease_seconds: float = Field(
+        30.0, ge=1, le=3600, allow_inf_nan=False,
+        description="How long a process's claim on a running operation lasts without a heartbeat (it renews it every "
+                    "third of that); a process that died loses it and another replica takes the operation over.")
+    operation_poll_seconds: float = Field(
+        1.0, gt=0, le=60, allow_inf_nan=False,
+        description="Seconds between two looks of a process for operations to run (queued, or whose lease expired).")
+    operation_deadline_seconds: float = Field(
+        3600.0, ge=0, allow_inf_nan=False,
+        description="Longest computation of one step of an operation (a whole retrain, one batch of a bulk unlearn "
+                    "or of a large learn), instead of OLU_REQUEST_DEADLINE_SECONDS; beyond it the operation fails "
+                    "(operation-deadline-exceeded) with nothing of that step applied; 0: no deadline.")
+    operation_max_attempts: int = Field(
+        3, ge=1, le=100,
+        description="Leases an operation may take (the first run and each take-over after a process died); an "
+                    "operation whose lease expires after the last fails (operation-abandoned), nothing half-applied.")
+
     @field_validator("rate_limit", "rate_limit_burst", mode="before")
     @classmethod
     def _empty_is_none(cls, v):

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from .api import admin, audit, console, models, problems, system
+from .api import admin, audit, console, models, operations, problems, system
 from .api.clientaddr import ClientAddress, ClientResolver
 from .api.limits import BodySizeLimit
 from .api.fairness import FairScheduler, TenantLimiter, compute_slots
+from .api.operation_turns import turns_of
 from .api.ratelimit import AuthFailureThrottle, RateLimit
 from .config import Settings
 from .crypto import Cipher, load_cipher
@@ -25,6 +26,9 @@ from .registry import ModelRegistry
 from .unlearning import kernels_status
 from .services.idempotency import IdempotencyStore
 from .services.models import ModelService
+from .services.operation_runner import OperationRunner
+from .services.operation_start import OperationStarts
+from .services.operations import OperationStore
 from .services.receipts import ReceiptIssuer
 from .services.tenants import TenantService
 
@@ -43,6 +47,9 @@ class Context:
     auth_failures: AuthFailureThrottle | None = None  # failed authentications per client address and token
     tenant_limits: TenantLimiter | None = None  # per-tenant requests, concurrency and compute (api/fairness.py)
     scheduler: FairScheduler | None = None  # per-tenant queues in front of the compute (api/fairness.py)
+    operations: OperationStore | None = None  # long work as operations (services/operations.py)
+    operation_starts: OperationStarts | None = None
+    operation_runner: OperationRunner | None = None
 
     def readiness(self) -> dict[str, str]:
         checks = {}
@@ -139,10 +146,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     slots = compute_slots(settings.compute_slots)
     if slots:
         ctx.scheduler = FairScheduler(slots)
+    ctx.operations = OperationStore(db, cipher, settings)
+    ctx.operation_starts = OperationStarts(ctx.models.core, ctx.operations)
+    ctx.operation_runner = OperationRunner(ctx.operations, ctx.models.core, settings, turns_of(ctx.scheduler))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        await ctx.operation_runner.start()  # runs operations here unless OLU_OPERATION_WORKERS=0
         yield
+        await ctx.operation_runner.stop()  # the running ones are given back (queued again)
         ctx.models.gates.shutdown()  # abandoned computations (request deadline) are not waited for
         db.dispose()
 
@@ -158,7 +170,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ctx = ctx
     problems.install(app)
     problems.document_problems(app)
-    for router in (admin.router, admin.own, models.router, audit.router, system.router):
+    for router in (admin.router, admin.own, models.router, operations.router, audit.router, system.router):
         app.include_router(router)
     models.install_openapi(app)  # the learn body schemas (both shapes)
     console.install(app)  # the read-only audit console at /console (static files, not in the OpenAPI document)

@@ -146,7 +146,8 @@ def test_max_records_is_refused_for_a_model_that_keeps_no_data(asgi):
 
 def test_per_request_limits_are_clean_refusals(small):
     """A descent_to_delete round per example without retrain_when_cheaper: the budget admits one example per learn and
-    one record per forget; larger requests are a 413 / 422 that change nothing, smaller ones are served."""
+    one record per forget.  Larger requests are no longer refused (issue 36 item 4): they answer 202 Accepted with an
+    operation that learns / forgets in committed requests of the model's limits; a limit above the budget is 422."""
     body = _body(algorithm="descent_to_delete", hyperparameters={"variant": "secret", "retrain_when_cheaper": False,
                                                                  "iterations": 200, "max_records": 2000})
     r = small.post("/v1/models", json=body)
@@ -156,17 +157,28 @@ def test_per_request_limits_are_clean_refusals(small):
     assert lb is not None and fb is not None, hp
     ex = examples_inside(body, lb + 1, 2)
     r = small.post(f"/v1/models/{mid}/learn", json={"examples": ex})
-    assert r.status_code == 413 and r.json()["type"] == "/problems/batch-too-large", r.text
-    assert "max_learn_batch" in r.json()["detail"]
-    learn_all(small, mid, hp, ex)
-    if fb < len(ex):
-        r = small.post(f"/v1/models/{mid}/unlearn", json={"ids": [e["id"] for e in ex[: fb + 1]]})
-        assert r.status_code == 422 and r.json()["type"] == "/problems/forget-rejected", r.text
-        assert "max_forget_batch" in r.json()["detail"]
+    assert r.status_code == 202 and r.headers["location"] == f"/v1/operations/{r.json()['id']}", r.text
+    op = _ended(small, r.json()["id"])
+    assert op["status"] == "succeeded" and op["result"]["accepted"] == len(ex), op
+    if fb + 1 < len(ex):
+        r = small.post(f"/v1/models/{mid}/unlearn", json={"ids": [e["id"] for e in ex[1: fb + 2]]})
+        assert r.status_code == 202 and r.json()["kind"] == "unlearn", r.text
+        op = _ended(small, r.json()["id"])
+        assert op["status"] == "succeeded" and op["result"]["forgotten"] == fb + 1, op
     assert small.post(f"/v1/models/{mid}/unlearn", json={"ids": [ex[0]["id"]]}).status_code == 200
     r = small.post("/v1/models", json={**body, "hyperparameters": {**body["hyperparameters"],
                                                                     "max_forget_batch": 10**6}})
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "hyperparameters.max_forget_batch", r.text
+
+
+def _ended(c, operation_id: str) -> dict:
+    import time
+
+    ends = time.monotonic() + 120
+    while (op := c.get(f"/v1/operations/{operation_id}").json())["status"] in ("queued", "running"):
+        assert time.monotonic() < ends, op
+        time.sleep(0.05)
+    return op
 
 
 def test_the_estimate_grows_with_what_drives_the_work():

@@ -11,7 +11,7 @@ from ..services.idempotency import KEY_PATTERN, MAX_KEY_LENGTH
 from ..unlearning import ALGORITHMS
 from ..schemas import (NO_CONTROL, LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
                            PredictResponse, RetrainResponse, UnlearnRequest, UnlearnResponse)
-from . import idempotent
+from . import idempotent, operations
 from .json_body import json_body, openapi_body
 from .json_body import parse as parse_json_body
 from .learn_body import openapi_request_body, parse_learn_body
@@ -71,10 +71,10 @@ async def _raw_body(request: Request) -> bytes:
 
 
 # The hot routes are async and make one worker-thread hop for the blocking part (decode, service call, encode).
-@router.post("/{model_id}/learn", response_model=LearnResponse, responses=responses(401, 403, 404, 409, 413, 422),
-             openapi_extra=openapi_request_body())
+@router.post("/{model_id}/learn", response_model=LearnResponse,
+             responses=responses(401, 403, 404, 409, 413, 422) | operations.ACCEPTED, openapi_extra=openapi_request_body())
 async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[bytes, Depends(_raw_body)],
-                idempotency_key: IdemKey = None):
+                idempotency_key: IdemKey = None, prefer: operations.PreferHeader = None):
     """Learn a batch of examples in order. Record ids must be new to the model; the batch is all-or-nothing.
 
     Two body shapes: per example `{"examples": [{"id", "x", "y"}]}` (or `{"id", "features", "y"}` for a model with
@@ -90,11 +90,18 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
     class index or declared class name for softmax, a class name only for a model that declared class names);
     at most the deployment's OLU_MAX_BATCH examples and the family's per-request limit (413 `batch-too-large`);
     within the tenant's quotas of records held and bytes stored (409 `quota-exceeded` naming the `quota`, its
-    `limit` and the `usage`; the batch is refused whole)."""
+    `limit` and the `usage`; the batch is refused whole).
+
+    More examples than the family's per-request limit `max_learn_batch` (or `Prefer: respond-async`): 202 Accepted
+    with the operation that learns them in committed chunks of that size, in order, after the same checks
+    (`Location: /v1/operations/{id}`)."""
     models = get_ctx(request).models
 
     def work():
         batch = parse_learn_body(raw, request.headers.get("content-type"))
+        started = operations.start_learn(request, p.tenant_id, model_id, batch)  # 202: long work (api/operations.py)
+        if started is not None:
+            return started
         return idempotent.run(request, p.tenant_id, batch.model, LearnResponse, 200, lambda guard: models.learning.learn(
             p.tenant_id, model_id, batch.ids, batch.X, batch.y, guard, batch.F))
 
@@ -136,9 +143,11 @@ def install_openapi(app) -> None:
 
 
 @router.post("/{model_id}/unlearn", response_model=UnlearnResponse,
-             responses=responses(401, 403, 404, 409, 413, 422), openapi_extra=openapi_body(UnlearnRequest))
+             responses=responses(401, 403, 404, 409, 413, 422) | operations.ACCEPTED,
+             openapi_extra=openapi_body(UnlearnRequest))
 async def unlearn(model_id: ModelId, request: Request, p: Writer,
-                  body: Annotated[UnlearnRequest, Depends(json_body(UnlearnRequest))], idempotency_key: IdemKey = None):
+                  body: Annotated[UnlearnRequest, Depends(json_body(UnlearnRequest))], idempotency_key: IdemKey = None,
+                  prefer: operations.PreferHeader = None):
     """Forget records by id. Each forgotten record gets a signed certificate receipt; all-or-nothing.
 
     Rules that depend on the model: each id was learned (404 `record-not-found`) and not yet forgotten (409
@@ -151,18 +160,34 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer,
     `deletion-capacity-exhausted` (then `retrain-required` until retrained) with a `retrain` member naming the
     retrain operation, after which the forget works; a model that keeps no data never answers those (such a refusal
     would name `delete`, the model's deletion, instead). 422 `forget-rejected`, 409 `record-not-deletable`: a
-    forget the engine refuses as asked; at most OLU_MAX_BATCH ids (413 `batch-too-large`)."""
+    forget the engine refuses as asked; at most OLU_MAX_BATCH ids (413 `batch-too-large`).
+
+    More ids than the model's `max_forget_batch` (or `Prefer: respond-async`): 202 Accepted with the operation that
+    forgets them in committed batches, after the same checks (`Location: /v1/operations/{id}`; its receipts, one per
+    id in order: GET /v1/operations/{id}/receipts)."""
     models = get_ctx(request).models
     examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
                 if body.examples else None)
+    started = await operations.start_unlearn(request, p.tenant_id, model_id, body, examples)  # 202: long work
+    if started is not None:
+        return started
     return await _compute(request, p.tenant_id, idempotent.run, request, p.tenant_id, body, UnlearnResponse, 200,
                           lambda guard: models.forgetting.unlearn(p.tenant_id, model_id, list(body.ids), guard, examples))
 
 
-@router.post("/{model_id}/retrain", response_model=RetrainResponse, responses=responses(401, 403, 404, 409, 422))
-def retrain(model_id: ModelId, request: Request, p: Writer, idempotency_key: IdemKey = None):
+@router.post("/{model_id}/retrain", response_model=RetrainResponse,
+             responses=responses(401, 403, 404, 409, 422) | operations.ACCEPTED)
+def retrain(model_id: ModelId, request: Request, p: Writer, idempotency_key: IdemKey = None,
+            prefer: operations.PreferHeader = None):
     """Exact retrain on the retained examples (data-holding families): starts a new ledger epoch. A model that
-    keeps no data answers 409 `retrain-not-supported` (its forgets never need a retrain)."""
+    keeps no data answers 409 `retrain-not-supported` (its forgets never need a retrain).
+
+    A retrain whose work exceeds one request's budget (OLU_MAX_REQUEST_WORK, for the records the model holds), or
+    asked with `Prefer: respond-async`, answers 202 Accepted with the operation that runs it (`Location:
+    /v1/operations/{id}`; docs/operations.md "Operations")."""
+    started = operations.start_retrain(request, p.tenant_id, model_id)  # 202: long work (api/operations.py)
+    if started is not None:
+        return started
     return idempotent.run(request, p.tenant_id, None, RetrainResponse, 200,
                           lambda guard: get_ctx(request).models.learning.retrain(p.tenant_id, model_id, guard))
 

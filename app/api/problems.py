@@ -65,6 +65,9 @@ TITLES = {
     "request-deadline-exceeded": "The request's computation overran its deadline",
     "rate-limited": "Too many requests",
     "quota-exceeded": "The tenant's quota would be exceeded",
+    "operation-not-found": "Operation not found",
+    "operation-abandoned": "The processes running the operation kept stopping",
+    "operation-deadline-exceeded": "A step of the operation overran its deadline",
 }
 
 

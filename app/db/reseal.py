@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from ..crypto import Cipher
 from .session import Database
+from .operation_payloads import reseal_keys as reseal_operation_keys
 from .retained import PURPOSE as RETAINED_KEY
 from .tables import Model, ModelState, RetainedKey, Tenant
 
@@ -46,6 +47,7 @@ def reseal_all(db: Database, cipher: Cipher) -> dict[str, int]:
                     owner = f"{mid}:{key.step}"
                     key.wrapped = cipher.seal(cipher.open(key.wrapped, RETAINED_KEY, owner), RETAINED_KEY, owner)
                     counts["retained_keys"] += 1
+    counts["operation_keys"] = reseal_operation_keys(db, cipher)  # the sealed requests of running operations
     return counts
 
 

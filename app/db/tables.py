@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import (BigInteger, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, MetaData,
+from sqlalchemy import (BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, MetaData,
                         String, Text, UniqueConstraint)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -252,3 +252,53 @@ class StreamCursor(Base):
     stream: Mapped[str] = mapped_column(String(255), primary_key=True)
     subject: Mapped[str] = mapped_column(String(255), primary_key=True)
     last_seq: Mapped[int] = mapped_column(BigInteger)
+
+
+class Operation(Base):
+    """Long work run as an operation (issue 36 item 4; app/services/operations.py): a retrain, a bulk unlearn or a
+    large learn, run by whichever replica holds its lease; ``fence`` is the holder's token (a take-over draws a new
+    one) and every commit of the operation is a conditional update on it."""
+
+    __tablename__ = "operations"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    model_id: Mapped[str] = mapped_column(String(40))  # kept after the model is deleted
+    kind: Mapped[str] = mapped_column(String(16))  # retrain | unlearn | learn
+    status: Mapped[str] = mapped_column(String(12))  # queued | running | succeeded | failed | cancelled
+    done: Mapped[int] = mapped_column(BigInteger, default=0)
+    total: Mapped[int] = mapped_column(BigInteger, default=0)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # leases taken (a take-over counts)
+    owner: Mapped[str | None] = mapped_column(String(80), nullable=True)  # the process that holds the lease
+    fence: Mapped[str | None] = mapped_column(String(32), nullable=True)  # its fencing token
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # the data key of the sealed request (operation_payloads), wrapped by the service's encryption key; NULL once
+    # the operation has ended (crypto-shredding: the payload can no longer be opened)
+    wrapped_key: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    result: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON: what was committed so far
+    problem: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON: the RFC 9457 problem of a failure
+    __table_args__ = (Index("ix_operations_tenant_id", "tenant_id", "id"),
+                      Index("ix_operations_status_lease", "status", "lease_until"))
+
+
+class OperationPayload(Base):
+    """One chunk of an operation's request (commitments of record ids, examples), sealed under the operation's data
+    key; deleted when the chunk is applied and all of them when the operation ends."""
+
+    __tablename__ = "operation_payloads"
+    operation_id: Mapped[str] = mapped_column(ForeignKey("operations.id"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    sealed: Mapped[bytes] = mapped_column(LargeBinary)  # nonce | AES-256-GCM(data key, chunk, AAD) | tag
+
+
+class OperationReceipt(Base):
+    """The receipt of the record at position ``idx`` of a bulk unlearn, written in the transaction that forgot it."""
+
+    __tablename__ = "operation_receipts"
+    operation_id: Mapped[str] = mapped_column(ForeignKey("operations.id"), primary_key=True)
+    idx: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    receipt_id: Mapped[str] = mapped_column(String(40))

@@ -102,6 +102,22 @@ class Work:
             running.add_done_callback(lambda _f: self.gates.release(self.model_id, self.gate))
 
 
+_REQUEST = object()  # ModelGates.hold: wait at most the request deadline
+
+
+def _acquire(lock: threading.Lock, limit: float | None, waiting: Callable[[], None] | None) -> bool:
+    if waiting is None:
+        return lock.acquire(timeout=-1 if limit is None else limit)
+    ends = None if limit is None else time.monotonic() + limit
+    while True:
+        step = 0.25 if ends is None else max(0.0, min(0.25, ends - time.monotonic()))
+        if lock.acquire(timeout=step):
+            return True
+        if ends is not None and time.monotonic() >= ends:
+            return False
+        waiting()
+
+
 class ModelGates:
     """Per-process, per-model gates (created on first use, dropped when no request holds or awaits them)."""
 
@@ -112,18 +128,27 @@ class ModelGates:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="olu-compute")
 
     @contextmanager
-    def hold(self, model_id: str, what: str) -> Iterator[Work]:
+    def hold(self, model_id: str, what: str, *, wait: Any = _REQUEST, make_work: Callable | None = None,
+             waiting: Callable[[], None] | None = None) -> Iterator[Work]:
         """The model's gate for one write, waited for at most the deadline (then 503, nothing changed).  No
-        computation waits for a compiler (app/unlearning/mechanism/fast.py), so the deadline holds from the first request."""
+        computation waits for a compiler (app/unlearning/mechanism/fast.py), so the deadline holds from the first request.
+        An operation (app/services/operation_steps.py) passes its own ``wait`` (None: no limit), ``make_work`` (its
+        Work) and ``waiting``, called about every 0.25 s while it waits (it raises to stop waiting)."""
         with self._mu:
             gate = self._gates.get(model_id)
             if gate is None:
                 gate = self._gates[model_id] = _Gate()
             gate.users += 1
-        if not gate.lock.acquire(timeout=-1 if self.deadline is None else self.deadline):
+        limit = self.deadline if wait is _REQUEST else wait
+        try:
+            got = _acquire(gate.lock, limit, waiting)
+        except BaseException:
             self.release(model_id, gate, locked=False)
-            raise deadline_problem(self.deadline, f"{what} waited for an earlier request on this model that")
-        work = Work(self, model_id, gate, self.deadline)
+            raise
+        if not got:
+            self.release(model_id, gate, locked=False)
+            raise deadline_problem(limit, f"{what} waited for an earlier request on this model that")
+        work = Work(self, model_id, gate, self.deadline) if make_work is None else make_work(self, model_id, gate)
         try:
             yield work
         finally:

@@ -20,7 +20,7 @@ from ..unlearning import (ArrayRetained, CapacityExhausted, ForgetError, InputEr
 from ..db.retained import SqlRetained
 from . import book
 from .receipts import is_restart
-from .records import commitment_digests, example_mac
+from .records import example_mac
 from .model_core import (UseCase, _INSERT_FORGOTTEN, _ModelRow, _Rec, _forgotten, class_indices, feature_problem, numeric_guard)
 
 
@@ -55,7 +55,7 @@ class Forgetting(UseCase):
                         raise spent_problem("retrain-required", model_id, engine,
                                             "The model can certify no further deletion")
                 key = self._record_key(s, tenant_id)
-                digests = commitment_digests(key, ids)
+                digests = self._commitments(key, ids)
                 commits = [d.hex() for d in digests]
                 learned, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
                 missing = next((i for i in range(len(ids)) if i not in learned), None)

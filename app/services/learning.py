@@ -17,7 +17,7 @@ from ..registry import (loss_for, spec_from_json)
 from ..unlearning import (InputError, validate_examples)
 from ..db.retained import SqlRetained
 from . import book
-from .records import commitment_digests, example_mac
+from .records import example_mac
 from .model_core import (UseCase, class_indices, numeric_guard)
 
 
@@ -42,7 +42,7 @@ class Learning(UseCase):
                     rows.append(self._learn_rows(spec, X, y, F))
                 Xv, yv = rows[0]
                 key = self._record_key(s, tenant_id)
-                digests = commitment_digests(key, ids)
+                digests = self._commitments(key, ids)
                 held, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
                 if held:
                     raise Problem(409, "duplicate-record", f"Record id {ids[min(held)]!r} was already used in this "

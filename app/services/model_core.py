@@ -35,7 +35,7 @@ from .concurrency import ATTEMPTS, ModelGates, Moved, conflict_problem
 from .ledger import ledger_summary
 from .quotas import Quotas, bump, model_bytes, record_bytes
 from .receipts import ReceiptIssuer
-from .records import open_record_key
+from .records import commitment_digests, open_record_key
 
 IN_CHUNK = 500  # bound on bound parameters per IN (...) query
 
@@ -373,6 +373,11 @@ class UseCase:
                 self._record_keys.clear()
             self._record_keys[tenant_id] = key
         return key
+
+    def _commitments(self, key: bytes, ids: list[str]) -> list[bytes]:
+        """The commitments of ``ids`` under the tenant's record ``key`` (an operation, which stores commitments and
+        never the ids, answers them itself: app/services/operation_steps.py)."""
+        return commitment_digests(key, ids)
 
     def _checkout(self, s, row: _ModelRow) -> Unlearner:
         def load_blob() -> bytes:

@@ -4,6 +4,7 @@ import { ed25519Supported } from './crypto.js';
 import { $, append, clear, download, fill, h, num, when } from './dom.js';
 import { renderVerifyFile } from './files.js';
 import { renderModel } from './model.js';
+import { renderOperations } from './operations.js';
 import { fetchKeys, forget, runMonitor } from './monitor.js';
 import { renderReceipt, renderRecordLookup } from './receipt.js';
 
@@ -210,6 +211,7 @@ async function route() {
     fill(main, h('p', { class: 'muted loading', text: 'Loading…' }));
     if (view === 'models' && arg) await renderModel(main, decodeURIComponent(arg));
     else if (view === 'receipts' && arg) await renderReceipt(main, decodeURIComponent(arg), ctx);
+    else if (view === 'operations') await renderOperations(main);
     else if (view === 'records') { const r = ctx.pendingRecord || ''; ctx.pendingRecord = null; renderRecordLookup(main, ctx, r); }
     else await renderOverview(main);
   } catch (e) {
