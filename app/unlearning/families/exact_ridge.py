@@ -403,13 +403,24 @@ class ExactRidge(Unlearner):
             A, B = self.private.noisy_sums(sums[0], sums[1])
             M, R = self._scaled(A, B)
             return self.private.solve(M, R, self.spec.l2)
-        M, R = self._scaled(sums[0], sums[1])
         if self.gcv:
-            yy = float(np.ldexp(sums[2].to_float(), -2 * self.grid.ky).sum())
-            n = float(sums[0].to_float()[-1, -1]) / 4.0**self.grid.kc  # the intercept corner: n 4^kc, exactly
-            return gcv_solve(M, R, yy, n, self.spec.l2)[0]
+            return self._gcv()[0]
+        M, R = self._scaled(sums[0], sums[1])
         M.flat[:: M.shape[0] + 1] += self.spec.l2
         return solve_spd(M, R, self.spec.l2)
+
+    def _gcv(self) -> tuple[np.ndarray, float]:
+        """(W, the penalty GCV chose) from the sums alone: yy = sum q(t)^2 2^-2ky from C, n from A's intercept
+        corner (n 4^kc, exactly)."""
+        sums = self.sums
+        M, R = self._scaled(sums[0], sums[1])
+        yy = float(np.ldexp(sums[2].to_float(), -2 * self.grid.ky).sum())
+        n = float(sums[0].to_float()[-1, -1]) / 4.0**self.grid.kc
+        return gcv_solve(M, R, yy, n, self.spec.l2)
+
+    def penalty(self) -> float:
+        """The ridge penalty the published weights use: l2, or GCV's choice (not published: tests and the bench)."""
+        return self._gcv()[1] if self.gcv else self.spec.l2
 
     def noisy_sums(self) -> tuple[np.ndarray, np.ndarray]:
         """A private model's current release's noisy sums as exact integers (object arrays; tests and the bench)."""

@@ -147,16 +147,22 @@ class WideInt:
     def copy(self) -> "WideInt":
         return WideInt.load(self.lo, self.hi)
 
-    def normalise(self) -> None:
+    def normalise(self, small: bool = False) -> None:
         """Carry lo into hi so that lo is in [-2^61, 2^61) (exact for every int64 lo: the wrap of lo - c 2^62 is
-        the true result modulo 2^64, and that is in [0, 2^62)); hi dropped when it is all zero."""
-        c = self.lo >> WORD
-        r = self.lo - (c << WORD)
-        up = r >= HALF
-        r -= up.astype(np.int64) << WORD
-        c += up
+        the true result modulo 2^64, and that is in [0, 2^62)); hi dropped when it is all zero.  ``small``: the
+        caller knows |lo| < 2^62 (a normalised lo plus one chunk's products), so c = (lo + 2^61) >> 62 cannot wrap:
+        half the passes over the entries."""
+        if small:
+            c = (self.lo + HALF) >> WORD
+            self.lo -= c << WORD
+        else:
+            c = self.lo >> WORD
+            r = self.lo - (c << WORD)
+            up = r >= HALF
+            r -= up.astype(np.int64) << WORD
+            c += up
+            self.lo = r
         hi = c if self.hi is None else self.hi + c
-        self.lo = r
         self.hi = hi if hi.any() else None
 
     def add_words(self, delta: np.ndarray, sign: int) -> None:
@@ -208,7 +214,7 @@ def accumulate(grid: RidgeGrid, X: np.ndarray, y: np.ndarray, sums: Sequence[Wid
                 C.add_words(t * t, sign)
         if wide:
             for s in sums:
-                s.normalise()
+                s.normalise(small=True)
         return
     rows_a, rows_b = (max(1, min(grid.chunk, r)) for r in block_rows(p, k))
     for a in range(0, n, grid.chunk):
@@ -225,4 +231,4 @@ def accumulate(grid: RidgeGrid, X: np.ndarray, y: np.ndarray, sums: Sequence[Wid
             C.add_words(np.einsum("ij,ij->j", Tq, Tq).astype(np.int64), sign)
         if wide:
             for s in sums:
-                s.normalise()
+                s.normalise(small=True)
