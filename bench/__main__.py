@@ -305,6 +305,9 @@ def render(res: dict, out: Path, docs: Path, to_docs: bool) -> list[Path]:
     if "scale_accuracy" in res:
         from .accuracy import scale_accuracy_docs
         made += scale_accuracy_docs.write_docs(res["scale_accuracy"], out, into)
+    if "private_accuracy" in res and into is not None:
+        from .accuracy import private_ridge
+        made.append(private_ridge.write_docs(res["private_accuracy"], into))
     if into is not None:
         from .performance import docs as perf_docs
         if perf_docs.write(res, TABLES, into / "performance.md"):
