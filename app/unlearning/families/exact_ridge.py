@@ -18,8 +18,9 @@ Unlearning", IEEE S&P 2015).
   ``deletion_features`` is ``retained``).
 * **No overflow, by construction** (issue 36 item 5).  Every entry is two int64 words (value = hi 2^62 + lo,
   canonical, hi absent while zero: ridge_sums.py), so the sums hold up to ~2^115; the model holds at most
-  ``record_cap`` = 2^53 - 1 records (a public constant, an integer in the API; a learn beyond it is refused, 409
-  horizon-reached, before anything changes).  Below 2^61 per entry (about 1.6 million records at 20 bits, d = 64)
+  ``record_cap`` = 2^53 - 1 records (a public constant, an integer in the API; less only where the declared bounds
+  bring the sums or weights near the float range's edge, never less than the one-word cap of before; a learn
+  beyond it is refused, 409 horizon-reached, before anything changes).  Below 2^61 per entry (about 1.6 million records at 20 bits, d = 64)
   the second word does not exist and nothing changes from one int64 word per entry; states stored with one word
   load as the same values.  The products are formed with float64 BLAS in chunks of floor(2^53 / P) rows: every
   partial sum of integers below 2^53 is exact in float64, whatever order the BLAS adds in.
@@ -99,7 +100,8 @@ class ExactRidge(Unlearner):
         self.grid = RidgeGrid(spec, int(hp["grid_bits"]))
         self.needs_retained_data = hp["deletion_features"] == "retained"
         self.needs_deletion_features = hp["deletion_features"] == "client"
-        self.supports_retrain = self.needs_retained_data
+        # a private model's releases would not start again with a retrain (their cost is the model's): no retrain
+        self.supports_retrain = self.needs_retained_data and hp["publication"] == "exact"
         self.gcv = hp["l2_selection"] == "gcv"
         self.private = (private.PrivatePublication(spec, self.grid, hp) if hp["publication"] == "private"
                         else None)
@@ -180,8 +182,20 @@ class ExactRidge(Unlearner):
         checks.finite("label grid scale", lambda: math.ldexp(1.0, -(grid.kx + grid.ky)), "bounds.y_abs",
                       "bounds.x_norm")
         if hp["publication"] == "private":
-            checks.finite("rho", spec.rho, "privacy.epsilon", "privacy.delta", positive=True)
-            private.PrivatePublication(spec, grid, hp).check()
+            eps = ("privacy.epsilon", "privacy.delta", "hyperparameters.release_horizon")
+            checks.finite("rho", spec.rho, *eps, positive=True)
+            pub = private.PrivatePublication(spec, grid, hp)
+            pub.check()
+            # the noise the weights are solved from: its worst case in R (and the shift in M) stays finite, and so
+            # does the weight bound ||W|| <= ||R^|| / l2 the clipped solve keeps
+            tail = pub.levels * private.NOISE_TAILS
+            r_noise = checks.finite("noise of the released y x~ sums", lambda: math.ldexp(
+                tail * pub.sigma_b * math.sqrt(grid.outputs * (spec.dim + 1)), -(grid.kx + grid.ky)),
+                *eps, "bounds.x_norm", "bounds.y_abs")
+            checks.finite("noise of the released x~ x~^T sums", lambda: math.ldexp(
+                tail * pub.sigma_a * (spec.dim + 1), -2 * min(grid.kx, grid.kc)), *eps, "bounds.x_norm")
+            checks.finite("weight norm bound with the noise", (b + r_noise) / spec.l2, "l2", *eps)
+            checks.finite("score bound with the noise", (b + r_noise) / spec.l2 * x, "l2", *eps)
 
     @classmethod
     def keeps_records(cls, spec: ModelSpec) -> bool:

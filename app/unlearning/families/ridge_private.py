@@ -119,7 +119,10 @@ class PrivatePublication:
         self.rho_node = (self.sens_a**2 / (2.0 * self.sigma_a**2) + self.sens_b**2 / (2.0 * self.sigma_b**2))
         self.rho = 2.0 * self.levels * self.rho_node
         k = min(grid.kx, grid.kc)
-        self.shift_unit = math.ldexp(self.sigma_a, -2 * k) * (2.0 * math.sqrt(p) + SHIFT_TAIL)
+        try:  # beyond the float range for extreme bounds: check() refuses the spec
+            self.shift_unit = math.ldexp(self.sigma_a, -2 * k) * (2.0 * math.sqrt(p) + SHIFT_TAIL)
+        except OverflowError:
+            self.shift_unit = math.inf
         iu = np.triu_indices(p)
         self._upper = iu
         self.nodes = np.zeros((self.levels, self.m_a + self.m_b), dtype=np.int64)

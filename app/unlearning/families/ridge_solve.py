@@ -12,11 +12,13 @@ of the penalty by generalised cross-validation from the integer state alone.  Th
       RSS(lam) = yy - sum_i c_i^2 (2 / (e_i + lam) - e_i / (e_i + lam)^2)   (summed over the outputs),
       df(lam)  = sum_i e_i / (e_i + lam),   GCV(lam) = (RSS / (n K)) / (1 - df / n)^2,
   all from the integer sums (yy from the sum C, n from A's intercept corner, exactly).  The penalty is the minimiser
-  over a public grid (``gcv_grid``: l2 times 10^(j/4), j = 0..32), ties to the smaller; the weights are
+  over a public grid (``gcv_grid``: l2 times 10^(j/4), j = 0..32, its finite points), ties to the smaller; the weights are
   V diag(1 / (e + lam*)) c.  It minimises squared error, which is not accuracy: on the synthetic 10^5 stream it
   lost 2.9 points (issue 39).  The intercept is penalised like the weights (module docstring of exact_ridge).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -57,19 +59,26 @@ def clipped_solve(M: np.ndarray, R: np.ndarray, floor: float) -> np.ndarray:
 def gcv_solve(M0: np.ndarray, R: np.ndarray, yy: float, n: float, l2: float) -> tuple[np.ndarray, float]:
     """(W, lam*): the weights at the penalty of ``gcv_grid(l2)`` that minimises GCV (module docstring).  With no
     record (n = 0) or no degree of freedom left the smallest penalty serves."""
-    lams = gcv_grid(l2)
+    with np.errstate(over="ignore"):
+        lams = gcv_grid(l2)
+    lams = lams[np.isfinite(lams)]                  # a penalty near the float range's edge: the finite ones
     with one_blas_thread():
         e, V = np.linalg.eigh(M0)
         c = V.T @ R.T                               # p x K
     e = np.maximum(e, 0.0)                          # A is positive semidefinite: round-off only below 0
-    c2 = np.sum(c * c, axis=1)                      # summed over the outputs
-    inv = 1.0 / (e[None, :] + lams[:, None])        # grid x p
-    rss = yy - (c2[None, :] * (2.0 * inv - e[None, :] * inv * inv)).sum(axis=1)
-    df = (e[None, :] * inv).sum(axis=1)
+    # RSS is homogeneous of degree 2 in (c, sqrt(yy)): scaled by sqrt(yy) its terms stay in the float range (c^2 / yy
+    # is at most about n X~^2, which the record cap keeps finite), and the minimiser does not move
+    scale = math.sqrt(yy) if 0.0 < yy < math.inf else 1.0
+    cs = c / scale
+    c2 = np.sum(cs * cs, axis=1)                    # summed over the outputs
     k = R.shape[0]
     best = 0
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+        inv = 1.0 / (e[None, :] + lams[:, None])    # grid x p
+        rss = yy / scale**2 - (c2[None, :] * (2.0 * inv - e[None, :] * inv * inv)).sum(axis=1)
+        df = (e[None, :] * inv).sum(axis=1)
     if n > 0:
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
             score = (np.maximum(rss, 0.0) / (n * k)) / (1.0 - df / n) ** 2
         score = np.where((df < n) & np.isfinite(score), score, np.inf)
         if np.isfinite(score).any():

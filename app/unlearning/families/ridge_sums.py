@@ -32,10 +32,12 @@ from ..contract.spec import BOUND_TOLERANCE, ModelSpec
 DEFAULT_GRID_BITS = 20
 GRID_BITS = (4, 24)
 FLOAT_EXACT = 2**53
+INT64_MAX = 2**63 - 1
 WORD = 62              # value = hi * 2^62 + lo
 HALF = 2**61           # lo in [-2^61, 2^61)
 LO_LIMIT = 2**61       # the records held times P below this: one word suffices
-RECORD_CAP = 2**53 - 1  # the most records a model holds: the largest integer every JSON client reads exactly
+RECORD_CAP = 2**53 - 1  # the most records a model holds: the largest integer every JSON client reads exactly (less
+                        # only where the declared bounds leave the float range: float_cap)
 # OpenBLAS multiplies single-threaded when m n k <= 2^18 and with its thread pool above; on a shared or loaded
 # machine the pool's threads wait on each other and one request's product (1 000 x 65 at d = 64) took 50-100x
 # longer (0.05 s instead of 0.5 ms, 2 cores, load 12).  Products of at most 2^18 / p^2 rows stay below it where
@@ -53,6 +55,27 @@ def block_rows(p: int, outputs: int) -> tuple[int, int]:
         r = BLAS_SINGLE_THREAD // (p * cols)
         return r if r >= MIN_BLOCK_ROWS else FLOAT_EXACT
     return rows(p), rows(outputs)
+
+
+LOG_FLOAT_ROOM = 1023.0 * math.log(2.0)  # the largest sums and bounds the solve forms stay below 2^1023
+
+
+def float_cap(spec: ModelSpec, outputs: int) -> int:
+    """The most records for which every number the solve forms stays in the float range (below 2^1023) at the
+    declared bounds: the sums n X~^2 (and n Y^2 for GCV's C), n X~ Y sqrt(K), and the weight and score bounds
+    n X~ Y sqrt(K) / l2 and n X~^2 Y sqrt(K) / l2 (exact_ridge.check_calibration).  2^53 - 1 for every ordinary
+    spec; only bounds near the float range's edge lower it (RidgeGrid keeps at least the one-word cap of before,
+    and check_calibration refuses a spec whose sums overflow even there)."""
+    x = spec.x_norm * (1.0 + BOUND_TOLERANCE)
+    y = 1.0 if spec.n_classes else spec.y_abs * (1.0 + BOUND_TOLERANCE)
+    try:
+        lx = 0.5 * math.log1p(x * x) if x < 1e150 else math.log(x)  # log X~ = log sqrt(X^2 + 1)
+        ly, lk, ll = math.log(y), 0.5 * math.log(outputs), math.log(spec.l2)
+    except (ValueError, OverflowError):
+        return 0
+    worst = max(2 * lx, 2 * ly + 2 * lk, lx + ly + lk, lx + ly + lk - ll, 2 * lx + ly + lk - ll)
+    room = LOG_FLOAT_ROOM - worst
+    return RECORD_CAP if room >= math.log(RECORD_CAP) else max(0, int(math.exp(room)))
 
 
 class RidgeGrid:
@@ -78,7 +101,10 @@ class RidgeGrid:
             by = 2.0**bits + 0.5
         bx = math.sqrt((2.0**bits + 0.5 * math.sqrt(spec.dim)) ** 2 + 4.0 ** (bits - 1))  # bounds ||q(x~)||
         self.per_record = math.ceil(max(bx * bx, bx * by, by * by))  # the most one record adds to an entry
-        self.record_cap = RECORD_CAP
+        # never fewer than one int64 word per entry allowed (the cap before issue 36: the specs accepted then are
+        # accepted now, and check_calibration refuses the ones it refused), never more than the float range allows
+        self.int64_cap = INT64_MAX // self.per_record
+        self.record_cap = min(RECORD_CAP, max(float_cap(spec, self.classes or 1), self.int64_cap))
         self.chunk = max(1, int(FLOAT_EXACT // self.per_record))
         self.x_tilde = x_tilde
         self.outputs = self.classes or 1
