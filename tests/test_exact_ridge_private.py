@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from app.db.state_codec import pack_state, unpack_state
 from app.registry import build_spec
@@ -248,3 +249,36 @@ def test_a_private_model_over_http(tenant):
     assert r.status_code == 200 and c.get(f"/v1/models/{mid}/parameters").json()["weights"] == params["weights"]
     status = c.get("/v1/audit/records/r6").json()
     assert status["models"][0]["status"] == "forgotten"
+
+
+@settings(deadline=None)
+@given(x_norm=st.sampled_from([1e-300, 1e-9, 1.0, 3.7, 1e9, 1e150, 1e300]),
+       y_abs=st.sampled_from([1e-300, 1.0, 1e300]), l2=st.sampled_from([1e-300, 1e-6, 1.0, 1e300]),
+       epsilon=st.sampled_from([1e-6, 1.0, 1e6]), horizon=st.sampled_from([1, 200, 2**40]),
+       bits=st.integers(4, 24), K=st.sampled_from([0, 3]), mode=st.sampled_from(["private", "gcv", "exact"]))
+def test_every_accepted_spec_learns_forgets_and_predicts_finite_numbers(x_norm, y_abs, l2, epsilon, horizon, bits,
+                                                                         K, mode):
+    """Extreme bounds, budgets and grids: either a 422 at creation (SpecError) or finite weights and predictions
+    after a learn and a forget (issue 38's private mode, issue 39's GCV, the two-word exact sums)."""
+    hp = ({"publication": "private", "release_horizon": horizon} if mode == "private" else
+          {"l2_selection": "gcv"} if mode == "gcv" else {})
+    body = {"name": "m", "algorithm": "exact_ridge", "loss": "squared", "dim": 3,
+            "bounds": {"x_norm": x_norm, "y_abs": y_abs}, "domain_radius": 10.0, "l2": l2,
+            "privacy": {"epsilon": epsilon, "delta": 1e-6}, "hyperparameters": {**hp, "grid_bits": bits}}
+    if K:
+        body["n_classes"] = K
+    try:
+        s = build_spec(body, max_dim=100)
+    except SpecError:
+        return
+    e = ExactRidge(s, SeededNoise(0))
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(5, 3))
+    X *= 0.999 * x_norm / np.linalg.norm(X, axis=1, keepdims=True)
+    y = rng.integers(0, K, 5).astype(float) if K else rng.uniform(-y_abs, y_abs, 5)
+    with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+        e.learn(X, y)
+        e.forget([1], ArrayRetained([1], X[:1], y[:1]))
+        w = e.published()
+        pred, out = ExactRidge.predict_published(s, e.loss, w, X)
+    assert np.all(np.isfinite(w)) and np.all(np.isfinite(out))
