@@ -164,7 +164,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="Certified unlearning service",
         version="1.0.0",
         description="Learn, unlearn and predict on streaming models; every forget is answered with a signed "
-                    "certificate receipt. Only published (noisy) parameters ever leave the service.",
+                    "certificate receipt. Only published parameters ever leave the service: noisy for the noise "
+                    "families, exact for retrain, sisa and exact_ridge (whose publication private releases them "
+                    "with noise).",
         generate_unique_id_function=_operation_id,
     )
     app.state.ctx = ctx

@@ -32,7 +32,12 @@ scale_n (learn per example, forget, memory and database bytes per record at 1e4-
 a per-family time cap; accuracy at 1e6; ``--docs`` rewrites its generated part of docs/performance.md; bench/performance/scale_n.py), models (10^4 models
 of one tenant and of 100 tenants on one PostgreSQL: learn, predict and unlearn p50/p99 against a single model in the
 same run, database bytes and server memory; a full run rewrites its generated part of docs/performance.md;
-bench/scale/models.py).
+bench/scale/models.py), ridge_cost (exact_ridge's learn, forget and solve before and after the two-word sums and
+the one-thread solve, GCV and a private release; bench/performance/ridge_cost.py), observer (what a before/after
+observer of the published versions recovers of a forgotten record, per family: gradient inversion;
+bench/accuracy/observer.py), private_accuracy (exact_ridge's private publication at 1e4-1e6 records, the release
+cadence as a column, beside the exact publication and the noise families; a full run rewrites its generated part of
+docs/accuracy.md; bench/accuracy/private_ridge.py).
 """
 from __future__ import annotations
 
@@ -47,9 +52,10 @@ from .common import fmt_rate, fmt_time, machine
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "fairness",
-            "accuracy", "scale_accuracy", "replay", "scale_n", "models", "membership_power")
+            "accuracy", "scale_accuracy", "replay", "scale_n", "models", "membership_power", "ridge_cost", "observer",
+            "private_accuracy")
 DEFAULT_SECTIONS = SECTIONS[:7]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy,
-# replay, scale_n, models and membership_power run when named
+# replay, scale_n, models, membership_power, ridge_cost, observer and private_accuracy run when named
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
@@ -299,6 +305,9 @@ def render(res: dict, out: Path, docs: Path, to_docs: bool) -> list[Path]:
     if "scale_accuracy" in res:
         from .accuracy import scale_accuracy_docs
         made += scale_accuracy_docs.write_docs(res["scale_accuracy"], out, into)
+    if "private_accuracy" in res and into is not None:
+        from .accuracy import private_ridge
+        made.append(private_ridge.write_docs(res["private_accuracy"], into))
     if into is not None:
         from .performance import docs as perf_docs
         if perf_docs.write(res, TABLES, into / "performance.md"):
@@ -386,6 +395,14 @@ def main(argv=None) -> None:
             from .accuracy import membership
             _accuracy_docs_section(res, name, a, membership.power, membership.power_table,
                                    membership.power_write_docs)
+        elif name in ("ridge_cost", "observer", "private_accuracy"):  # issues 36-39 (exact_ridge)
+            import importlib
+            mod = importlib.import_module({"ridge_cost": ".performance.ridge_cost", "observer": ".accuracy.observer",
+                                           "private_accuracy": ".accuracy.private_ridge"}[name], __package__)
+            res[name] = mod.run(a.quick)
+            print("\n".join(mod.table(res[name])))
+            if name == "private_accuracy" and (a.docs or not a.quick):
+                print(f"wrote {mod.write_docs(res[name], ROOT / 'docs')}")
         elif name == "stream":
             from .performance import stream
             res["stream"] = stream.run(a.quick, backends)

@@ -163,7 +163,7 @@ def test_regression_predicts_the_value():
 
 def test_the_grid_bounds_every_record_and_the_record_cap_prevents_overflow():
     """|q(x~)|^2 <= P and |q(t) q(x~)_j| <= P for every record inside the bounds (the first at the norm bound),
-    and record_cap * P <= 2^63 - 1, chunk * P <= 2^53."""
+    chunk * P <= 2^53, and record_cap * P < 2^115 (two words, hi below 2^53)."""
     for dim, bits, x_norm, y_abs in [(1, 20, 1.0, 1.0), (64, 20, 3.7, 1e-3), (200, 24, 1e-9, 1e9), (7, 4, 1e5, 2.0)]:
         s = spec(dim, x_norm=x_norm, y_abs=y_abs, grid_bits=bits)
         g = RidgeGrid(s, bits)
@@ -176,7 +176,9 @@ def test_the_grid_bounds_every_record_and_the_record_cap_prevents_overflow():
         bx = math.sqrt((2.0**bits + 0.5 * math.sqrt(dim)) ** 2 + 4.0 ** (bits - 1))
         per = max(bx * bx, bx * (2.0**bits + 0.5))
         assert (np.sum(Xq * Xq, axis=1) <= bx * bx).all() and (np.abs(Tq) <= 2.0**bits + 0.5).all()
-        assert g.record_cap * math.ceil(per) <= 2**63 - 1 and g.chunk * math.ceil(per) <= 2**53
+        assert g.per_record >= per and g.chunk * g.per_record <= 2**53
+        # the two words hold record_cap records: hi = value / 2^62 stays below 2^53 (exact in float64)
+        assert g.record_cap * g.per_record < 2 ** (62 + 53)
         assert np.abs(Xq[0, 0]) >= 2.0 ** (bits - 2)  # the grid uses its bits (not a degenerate scale)
 
 
@@ -208,7 +210,7 @@ def test_the_sums_stay_exact_at_the_record_cap():
     assert e.A.tolist() == [[n * q * q, n * q * c], [n * q * c, n * c * c]]
     qy = int(np.rint(math.ldexp(1.0, e.grid.ky)))
     assert e.B.tolist() == [[n * qy * q, n * qy * c]]
-    assert e.grid.record_cap * (q * q + c * c) <= 2**63 - 1
+    assert e.grid.record_cap * (q * q + c * c) < 2 ** (62 + 53)
 
 
 def test_forget_refusals_change_nothing():

@@ -225,5 +225,6 @@ async def predict(model_id: ModelId, request: Request, p: Predictor, raw: Annota
 
 @router.get("/{model_id}/parameters", response_model=Parameters, responses=responses(401, 403, 404))
 def get_parameters(model_id: ModelId, request: Request, p: Predictor):
-    """The published (noisy) parameters: the only parameters that ever leave the service."""
+    """The published parameters, the only parameters that ever leave the service: noisy for the noise families,
+    exact for retrain, sisa and exact_ridge (exact_ridge with publication private: solved from noisy sums)."""
     return get_ctx(request).models.prediction.parameters(p.tenant_id, model_id)

@@ -56,7 +56,8 @@ class RecordModelStatus(BaseModel):
     status: Literal["learned", "forgotten", "erased_with_model"] = Field(description=(
         "learned; forgotten (unlearned, receipt_id is its certificate receipt); or erased_with_model (the model "
         "was deleted while it held the record: receipt_id is the model's erasure receipt, erased_at its time)."))
-    step: int
+    step: int | None = Field(description="The record's step; null where its receipt withholds it (a model private "
+                                         "with respect to each record's presence).")
     receipt_id: str | None = None
     erased_at: UtcDatetime | None = Field(None, description="Only with erased_with_model: when the model was deleted.")
 

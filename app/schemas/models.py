@@ -84,11 +84,13 @@ class ModelCreate(Strict):
 # The public constants are served as a map {L, beta, mu, D} (API.md).  It is typed as a map of numbers
 # rather than an object with a field "D", because openapi-python-client's generated parser shadows its own
 # local variable ``d`` with a field of that name and breaks.
-Constants = Annotated[dict[str, float], Field(
+# A constant that counts (exact_ridge's record_cap, up to 2^53 - 1) is an integer, never a float (issue 37 item 8).
+Constants = Annotated[dict[str, int | float], Field(
     description="Public constants derived from the declared bounds: L (Lipschitz constant of the loss on the "
                 "domain), beta (smoothness), mu (strong convexity), D (diameter of the domain); families may "
                 "add more, e.g. restart_prefix: how many first steps after creation or a restart are not covered "
-                "by the noise analysis, so that forgetting one of them restarts the model (exact).", examples=[{"L": 1.51, "beta": 0.51, "mu": 0.01, "D": 20.0}])]
+                "by the noise analysis, so that forgetting one of them restarts the model (exact); record_cap "
+                "(exact_ridge): the most records the model holds, an integer.", examples=[{"L": 1.51, "beta": 0.51, "mu": 0.01, "D": 20.0}])]
 
 
 LEDGER_DETAILS = Field(default_factory=dict, description=(
@@ -127,9 +129,11 @@ class Model(_OmitNone):
     features: ServedFeatureSpec | None = None
     created_at: UtcDatetime
     status: Literal["ready", "retrain_required"]
-    step: int
-    n_records: int
-    n_forgotten: int
+    step: int | None = Field(description="Records learned so far (each record's step counts them); null for a model "
+                                         "whose published versions are private with respect to each record's "
+                                         "presence (exact_ridge with publication private), whose counts are withheld.")
+    n_records: int | None = Field(description="Records learned; null where counts are withheld (see step).")
+    n_forgotten: int | None = Field(description="Records forgotten; null where counts are withheld (see step).")
     version: int
     epoch: int
     constants: Constants

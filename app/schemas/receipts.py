@@ -75,9 +75,11 @@ class Receipt(BaseModel):
     tenant_id: str
     model_id: str
     record_commitment: str
-    learned_step: int
-    forgotten_step: int
-    deletion_index: int
+    learned_step: int | None = Field(description="The record's step; null (with forgotten_step and deletion_index) for "
+                                                 "a model that withholds its record counts (exact_ridge with "
+                                                 "publication private: a step counts the records learned).")
+    forgotten_step: int | None
+    deletion_index: int | None
     epoch: int
     algorithm: str
     mechanism: Mechanism

@@ -56,8 +56,9 @@ class Learning(UseCase):
                               "work budget, hyperparameters.max_learn_batch); send them in several requests.")
             left = engine.learn_capacity()
             if left is not None and len(ids) > left:
-                raise Problem(409, "horizon-reached", f"The model was created for a horizon of {engine.step + left} "
-                              f"examples and has learned {engine.step}: it can learn {left} more.")
+                raise Problem(409, "horizon-reached", engine.learn_refusal() or (
+                    f"The model was created for a horizon of {engine.step + left} examples and has learned "
+                    f"{engine.step}: it can learn {left} more."))
             store = self._reader(work, row, spec.dim) if engine.needs_retained_data else None
 
             def compute():

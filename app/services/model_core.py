@@ -27,9 +27,9 @@ from ..db.tables import Model, ModelState, Record, Tenant
 from ..errors import Problem
 from ..features import FeatureError, dense_rows
 from ..ids import id_pattern
-from ..registry import (ModelRegistry, published_bytes)
+from ..registry import (ModelRegistry, published_bytes, spec_from_json)
 from ..unlearning.contract.errors import NumericError
-from ..unlearning import (SpecError, Unlearner)
+from ..unlearning import (SpecError, Unlearner, engine_class)
 from ..db.retained import ShortReadRetained
 from .concurrency import ATTEMPTS, ModelGates, Moved, conflict_problem
 from .ledger import ledger_summary
@@ -322,6 +322,8 @@ class UseCase:
     def view(self, row: Model) -> dict[str, Any]:
         spec = json.loads(row.spec_json)
         ledger = json.loads(row.ledger_json)
+        # a family private with respect to each record's presence withholds its counts (the engine contract says)
+        counts = engine_class(row.algorithm).publishes_counts(spec_from_json(row.spec_json))
         return {
             "id": row.id, "name": row.name, "algorithm": row.algorithm, "loss": spec["loss"], "dim": spec["dim"],
             "bounds": {"x_norm": spec["x_norm"], "y_abs": spec["y_abs"]},
@@ -329,7 +331,8 @@ class UseCase:
             "privacy": {"epsilon": spec["epsilon"], "delta": spec["delta"]},
             "hyperparameters": spec["hyperparameters"], "features": spec.get("features"),
             "created_at": row.created_at,
-            "status": row.status, "step": row.step, "n_records": row.n_records, "n_forgotten": row.n_forgotten,
+            "status": row.status, **({"step": row.step, "n_records": row.n_records, "n_forgotten": row.n_forgotten}
+                                     if counts else {"step": None, "n_records": None, "n_forgotten": None}),
             "version": row.version, "epoch": row.epoch, "constants": json.loads(row.constants_json),
             "ledger_summary": ledger_summary(ledger, spec),
             "guarantee": json.loads(row.guarantee_json),

@@ -95,6 +95,7 @@ class ReceiptIssuer:
         # zCDP charges add up (omega-series, capacity); per-update guarantees do not compose, so their receipts
         # carry the ledger's own figure for the current publication
         additive = engine.accounting_params() is not None
+        counts = engine.publishes_counts(engine.spec)  # else steps and deletion indices are withheld (null)
         for j, (rec, cert) in enumerate(zip(records, certs)):
             if is_restart(cert):
                 epoch, rho_cum = epoch + 1, 0.0
@@ -103,8 +104,9 @@ class ReceiptIssuer:
             cap = None if cap_final is None else int(cap_final) + (len(certs) - 1 - j)
             body: dict[str, Any] = {
                 "id": new_id("rcp"), "tenant_id": row.tenant_id, "model_id": row.id,
-                "record_commitment": rec.commitment, "learned_step": cert.learned_step,
-                "forgotten_step": cert.forgotten_step, "deletion_index": cert.deletion_index, "epoch": epoch,
+                "record_commitment": rec.commitment, "learned_step": cert.learned_step if counts else None,
+                "forgotten_step": cert.forgotten_step if counts else None,
+                "deletion_index": cert.deletion_index if counts else None, "epoch": epoch,
                 "algorithm": row.algorithm,
                 "mechanism": mechanism_fields(cert),
                 "guarantee": {"definition": guarantee["definition"], "alpha": None, "epsilon": eps, "delta": delta,

@@ -189,8 +189,8 @@ async function renderOverview(main) {
         h('td', { text: m.loss }),
         h('td', { class: 'guarantee', text: m.guarantee.definition, title: m.guarantee.statement }),
         h('td', { class: 'num', text: m.version }),
-        h('td', { class: 'num', text: m.n_records }),
-        h('td', { class: 'num', text: m.n_forgotten }),
+        h('td', { class: 'num', text: m.n_records ?? 'withheld' }),
+        h('td', { class: 'num', text: m.n_forgotten ?? 'withheld' }),
         h('td', {}, spent(m))))))) : h('p', { class: 'muted', text: 'This tenant has no models (deleted models stay auditable: look up a record, or open a receipt).' }),
     truncated ? h('p', { class: 'muted', text: 'Only the first 1000 models are listed.' }) : null);
 }

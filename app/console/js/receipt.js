@@ -80,7 +80,7 @@ export async function renderReceipt(main, id, ctx) {
         field('Family', r.algorithm),
         erasure ? field('Records erased', `${r.records.erased} (of ${r.records_learned} learned; ${r.records_forgotten_before} forgotten before, each with its own receipt)`)
           : field('Record commitment', h('code', { text: r.record_commitment })),
-        erasure ? null : field('Learned at step / forgotten at step', `${r.learned_step} / ${r.forgotten_step} (deletion ${r.deletion_index}, epoch ${r.epoch})`),
+        erasure ? null : field('Learned at step / forgotten at step', r.learned_step === null ? `withheld (private publication; epoch ${r.epoch})` : `${r.learned_step} / ${r.forgotten_step} (deletion ${r.deletion_index}, epoch ${r.epoch})`),
         field('Mechanism', `${r.mechanism.type}: σ = ${num(r.mechanism.sigma)}, sensitivity = ${num(r.mechanism.sensitivity)}, ρ = ${num(r.mechanism.rho)}`
           + (r.mechanism.grid ? `, grid ${r.mechanism.grid}` : '')),
         field('Guarantee', `${r.guarantee.definition} — ε = ${num(r.guarantee.epsilon)}, δ = ${num(r.guarantee.delta)}`),

@@ -214,6 +214,19 @@ class Unlearner(ABC):
             return None
         return max(0, int(cap) - held)
 
+    def learn_refusal(self) -> str | None:
+        """Why the model learns nothing more, with the remedy, where ``learn_capacity`` is spent for a reason of its
+        own (the service answers it as the 409 horizon-reached problem's detail); None: the service's own words."""
+        return None
+
+    @classmethod
+    def publishes_counts(cls, spec: ModelSpec) -> bool:
+        """Whether the model's record counts (records learned, held and forgotten, and the steps, which count the
+        records learned) may be shown in its metadata and receipts.  False for a family whose published versions are
+        private with respect to each record's presence (exact_ridge with publication private): an exact count would
+        tell an observer that a record came or went.  The service then withholds them (null)."""
+        return True
+
     def learn_batch_limit(self) -> int | None:
         """The most examples one learn request may carry (``max_learn_batch``: the work budget), or None."""
         cap = self.spec.hyperparameters.get("max_learn_batch")

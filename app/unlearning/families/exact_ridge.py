@@ -7,37 +7,42 @@ Unlearning", IEEE S&P 2015).
   intercept is regularised like the weights, so the system is positive definite from the first record on and
   the model with no record is W = 0).  Regression (loss ``squared``): one output, t = y.  Classification (loss
   ``squared`` with ``n_classes`` or ``classes``, K >= 2): K outputs, one-vs-rest, t_k = +1 for the record's class
-  and -1 for the others; W is K x (d + 1), published row-major like softmax's.
-* **State: two integer sums on a public grid.**  A = sum q(x~) q(x~)^T and B = sum q(t) q(x~)^T, int64, where
-  q(x~) = (rint(x 2^kx), 2^kc) (the intercept's 1 on a grid of its own, exactly) and q(t) = rint(y 2^ky)
-  (regression) or t itself (classification, ky = 0).  kx = bits - e(X), kc = bits - 1 and ky = bits - e(Y), with
-  bits = ``grid_bits`` (default 20), X = x_norm (1 + tol) and Y = y_abs (1 + tol) the declared bounds and e(v)
-  the exponent with v <= 2^e(v) (math.frexp): every quantised coordinate is an integer of magnitude at most
-  2^bits (+ 1/2 of rounding), whatever the scale of the bounds.  The grid depends on the spec alone, and the
-  same rule quantises a record at learn and
-  at forget, so a forget subtracts exactly what the learn added: integer addition is exact and commutative, and
-  the state after any schedule of learns and forgets is bit for bit the state of a model that learned only the
-  records still held, in any order.  No example is kept (unless ``deletion_features`` is ``retained``).
-* **No overflow, by construction.**  One record adds at most P = max(Bx^2, Bx By) in magnitude to any entry
-  (Bx = sqrt((2^bits + sqrt(d)/2)^2 + 4^(bits-1)) bounds ||q(x~)||, By = 2^bits + 1/2 or 1 bounds |q(t)|).
-  The model holds at most
-  ``record_cap`` = floor((2^63 - 1) / P) records (a public constant; a learn beyond it is refused, 409
-  horizon-reached, before anything changes), so no int64 entry can wrap.  The products are formed with float64
-  BLAS in chunks of floor(2^53 / P) rows: every partial sum of integers below 2^53 is exact in float64, whatever
-  order the BLAS adds in, so each chunk's product is the exact integer matrix, then added in int64 (within a
-  chunk, summed in float64 over sub-blocks small enough for OpenBLAS to stay on one thread).  (float64
-  BLAS is why: exact int64 products in numpy bypass BLAS and run ~10x slower; Python integers ~1000x.)  At the
-  default 20 bits and d = 64 the cap is about 5.6 million records held.
-* **Published parameters** are a deterministic function of the state alone: with D = diag(2^-kx, ..., 2^-kc) the
-  grid's scales (powers of two: exact), W solves (D A D + l2 I) W^T = D B^T 2^-ky by LU (LAPACK gesv); where that
-  fails in floating point (l2 below A's round-off) by the eigendecomposition with eigenvalues clipped at l2, so
-  ||W|| <= ||D B^T 2^-ky|| / l2 whatever the conditioning.  The engine caches them
-  until its state changes; the service stores them once per version.
+  and -1 for the others; W is K x (d + 1), published row-major like softmax's.  The K outputs share one matrix and
+  are solved together, one factorisation for all classes (multi-output least squares, which is one-vs-rest under
+  squared loss: issue 39 item 4).
+* **State: integer sums on a public grid** (ridge_sums.py): A = sum q(x~) q(x~)^T and B = sum q(t) q(x~)^T, where
+  q rounds to a fixed-point grid of ``grid_bits`` (default 20) bits that depends on the spec alone, and the same
+  rule quantises a record at learn and at forget, so a forget subtracts exactly what the learn added: integer
+  addition is exact and commutative, and the state after any schedule of learns and forgets is bit for bit the
+  state of a model that learned only the records still held, in any order.  No example is kept (unless
+  ``deletion_features`` is ``retained``).
+* **No overflow, by construction** (issue 36 item 5).  Every entry is two int64 words (value = hi 2^62 + lo,
+  canonical, hi absent while zero: ridge_sums.py), so the sums hold up to ~2^115; the model holds at most
+  ``record_cap`` = 2^53 - 1 records (a public constant, an integer in the API; less only where the declared bounds
+  bring the sums or weights near the float range's edge, never less than the one-word cap of before; a learn
+  beyond it is refused, 409 horizon-reached, before anything changes).  Below 2^61 per entry (about 1.6 million records at 20 bits, d = 64)
+  the second word does not exist and nothing changes from one int64 word per entry; states stored with one word
+  load as the same values.  The products are formed with float64 BLAS in chunks of floor(2^53 / P) rows: every
+  partial sum of integers below 2^53 is exact in float64, whatever order the BLAS adds in.
+* **Published parameters** are a deterministic function of the state alone (ridge_solve.py): with D = diag(2^-kx,
+  ..., 2^-kc) the grid's scales (powers of two: exact), W solves (D A D + l2 I) W^T = D B^T 2^-ky by Cholesky, or
+  where that fails in floating point by the eigendecomposition with eigenvalues clipped at l2; BLAS pinned to one
+  thread, so the weights (and the receipts' parameter hash) do not depend on the machine's core count.
+  ``l2_selection: "gcv"`` chooses the penalty by generalised cross-validation from the integer sums alone (and a
+  third sum C = sum q(t)^2): still a function of the state, so bit-identical after forgets; it minimises squared
+  error, not accuracy.  The engine caches the weights until its state changes.
+* **Publication** (issue 38).  ``"exact"`` (default) publishes the weights of the exact sums: two versions around a
+  forget differ by exactly the record's influence, and an observer who knows or estimates H reads the record off
+  them (docs/receipts.md, "What an observer of versions learns").  ``"private"`` keeps the sums exact inside and
+  publishes weights solved from noisy sums (binary-tree continual release, ridge_private.py): every published
+  version is (epsilon, delta)-DP for each record's learn and forget, charged at creation, and no exact record count
+  leaves the model.
 * **Forget.**  ``deletion_features = "client"`` (default): the client resends the forgotten records' features and
   labels with the unlearn request and the service checks them against the keyed check code (HMAC) kept at learn;
   a resent record that differs is refused (422 example-mismatch) and nothing changes.  ``"retained"``: the
   service keeps each example sealed, as the data-keeping families do, forgets by id and can retrain.  Either way
-  the certificate is mechanism "exact", sigma = rho = 0: nothing is spent.
+  the secret state forgets exactly and nothing is spent (exact publication: mechanism "exact", rho = 0; private:
+  "dp_from_start", rho = 0, the publication's rho having been charged at creation).
 * **Scores.**  A least-squares classifier's K outputs are estimates of E[t_k | x] = 2 P(class k | x) - 1 within
   the linear span; ``predict`` answers the class of the largest output, and as "probabilities" the outputs mapped
   to (s + 1) / 2, clipped to [0, 1] and normalised to sum 1 (uniform when all are clipped to 0).  They rank the
@@ -56,79 +61,23 @@ from ..contract.spec import BOUND_TOLERANCE, ModelSpec
 from ..contract.unlearner import RetainedData, Unlearner, checked_forget_steps
 from ..maths import work_budget as wb
 from ..mechanism.calibration import Checks
+from ..mechanism.fast_dgauss import route as dgauss_route
 from ..mechanism.noise import NoiseSource
+from . import ridge_private as private
+from .ridge_solve import GCV_STEPS, gcv_solve, solve_spd
+from .ridge_sums import (BLAS_SINGLE_THREAD, DEFAULT_GRID_BITS, GRID_BITS, LO_LIMIT, MIN_BLOCK_ROWS,  # noqa: F401
+                         RidgeGrid, WideInt, accumulate, block_rows)
 
 DELETION_FEATURES = ("client", "retained")
-DEFAULT_GRID_BITS = 20
-GRID_BITS = (4, 24)
-INT64_MAX = 2**63 - 1
-FLOAT_EXACT = 2**53
+L2_SELECTION = ("fixed", "gcv")
 CHUNK_SIZE = 4096  # retained records read per page (retained mode)
-# OpenBLAS multiplies single-threaded when m n k <= 2^18 and with its thread pool above; on a shared or loaded
-# machine the pool's threads wait on each other and one request's product (1 000 x 65 at d = 64) took 50-100x
-# longer (0.05 s instead of 0.5 ms, 2 cores, load 12).  Products of at most 2^18 / p^2 rows stay below it (at
-# least 32 rows: at a large p the product is big enough for the threads to pay, and calls have a cost too).
-BLAS_SINGLE_THREAD = 2**18
-MIN_BLOCK_ROWS = 32
-
-
-def block_rows(p: int, outputs: int) -> tuple[int, int]:
-    """Rows per product for A (p x p) and for B (outputs x p): below OpenBLAS's threading threshold where that
-    leaves at least ``MIN_BLOCK_ROWS`` rows."""
-    return (max(MIN_BLOCK_ROWS, BLAS_SINGLE_THREAD // (p * p)), max(MIN_BLOCK_ROWS, BLAS_SINGLE_THREAD // (p * outputs)))
-_HP = {"deletion_features", "grid_bits"}
-
-
-class RidgeGrid:
-    """The public fixed-point grid of a spec and the bounds that follow from it (all from the spec alone)."""
-
-    def __init__(self, spec: ModelSpec, bits: int):
-        self.bits = bits
-        self.classes = int(spec.n_classes)
-        x = spec.x_norm * (1.0 + BOUND_TOLERANCE)
-        self.kx = bits - math.frexp(x)[1] if math.isfinite(x) else -(2**20)
-        self.kc = bits - 1  # the intercept coordinate 1 is exactly 2^(bits - 1) on its own grid
-        self.x_scale = math.ldexp(1.0, self.kx) if math.isfinite(x) else 0.0
-        x_tilde = math.sqrt(x * x + 1.0)  # inf for a huge x_norm
-        if self.classes:
-            self.ky, by = 0, 1.0
-        else:
-            y = spec.y_abs * (1.0 + BOUND_TOLERANCE)
-            self.ky = bits - math.frexp(y)[1] if math.isfinite(y) else -(2**20)
-            by = 2.0**bits + 0.5
-        bx = math.sqrt((2.0**bits + 0.5 * math.sqrt(spec.dim)) ** 2 + 4.0 ** (bits - 1))  # bounds ||q(x~)||
-        per = max(bx * bx, bx * by)  # the most one record adds to |A_ij| or |B_kj|
-        self.record_cap = int(INT64_MAX // math.ceil(per))
-        self.chunk = max(1, int(FLOAT_EXACT // math.ceil(per)))
-        self.x_tilde = x_tilde
-        self.outputs = self.classes or 1
-
-    def features(self, X: np.ndarray) -> np.ndarray:
-        """q(x~): the records' augmented features on the grid (integer-valued float64, n x (d + 1))."""
-        Xq = np.empty((X.shape[0], X.shape[1] + 1))
-        Xq[:, :-1] = X
-        Xq[:, -1] = 0.0
-        # times 2^kx, a normal float for every finite x_norm (kx >= bits - 1024): as exact as ldexp (both round
-        # only a subnormal product, identically), and ~10x faster; on the whole contiguous array (faster than
-        # the strided feature columns), the intercept column set after
-        np.multiply(Xq, self.x_scale, out=Xq)
-        np.rint(Xq, out=Xq)
-        Xq[:, -1] = math.ldexp(1.0, self.kc)
-        return Xq
-
-    def exponents(self, dim: int) -> np.ndarray:
-        """Per coordinate of x~, the grid exponent k (q = rint(v 2^k)): kx for the features, kc for the intercept."""
-        out = np.full(dim + 1, self.kx, dtype=np.int64)
-        out[-1] = self.kc
-        return out
-
-    def targets(self, y: np.ndarray) -> np.ndarray:
-        """q(t): n x outputs integer-valued float64 (classification: +1 for the class, -1 for the others)."""
-        if self.classes:
-            T = -np.ones((len(y), self.classes))
-            T[np.arange(len(y)), np.asarray(y, dtype=np.int64)] = 1.0
-            return T
-        return np.rint(np.ldexp(np.asarray(y, dtype=np.float64), self.ky))[:, None]  # ky may pass 1023: ldexp
+_HP = {"deletion_features", "grid_bits", "publication", "release_horizon", "release_every", "l2_selection"}
+EXACT_WORDS = (
+    "The model's state is two integer sums over the records it holds (of x x^T and of y x, on a public "
+    "fixed-point grid), and the deletion subtracts the record's terms exactly: the state after it is bit for "
+    "bit the state of a model that never learned the record, and what the model publishes is computed from "
+    "that state alone."
+)
 
 
 class ExactRidge(Unlearner):
@@ -141,12 +90,7 @@ class ExactRidge(Unlearner):
     supports_retrain: ClassVar[bool] = False
     classifier_losses: ClassVar[tuple[str, ...]] = ("squared",)
     guarantee_definition = "exact unlearning (rho = 0)"
-    guarantee_words = (
-        "The model's state is two integer sums over the records it holds (of x x^T and of y x, on a public "
-        "fixed-point grid), and the deletion subtracts the record's terms exactly: the state after it is bit for "
-        "bit the state of a model that never learned the record, and what the model publishes is computed from "
-        "that state alone."
-    )
+    guarantee_words = EXACT_WORDS
 
     def __init__(self, spec: ModelSpec, noise: NoiseSource | None = None):
         super().__init__(spec, noise)
@@ -156,10 +100,17 @@ class ExactRidge(Unlearner):
         self.grid = RidgeGrid(spec, int(hp["grid_bits"]))
         self.needs_retained_data = hp["deletion_features"] == "retained"
         self.needs_deletion_features = hp["deletion_features"] == "client"
-        self.supports_retrain = self.needs_retained_data
-        self._A: np.ndarray | None = None  # allocated on first use: the registry builds an engine to check its
-        self._B: np.ndarray | None = None  # ledger before the work budget has refused a p x p state too large
-        self.t = 0
+        # a private model's releases would not start again with a retrain (their cost is the model's): no retrain
+        self.supports_retrain = self.needs_retained_data and hp["publication"] == "exact"
+        self.gcv = hp["l2_selection"] == "gcv"
+        self.private = (private.PrivatePublication(spec, self.grid, hp) if hp["publication"] == "private"
+                        else None)
+        if self.private is not None:  # the instance states its own guarantee and accounting (read by the service)
+            self.accounting = "dp_from_start"
+            self.guarantee_definition = private.DEFINITION
+            self.guarantee_words = private.WORDS
+        self._sums: list[WideInt] | None = None  # allocated on first use: the registry builds an engine to check
+        self.t = 0                                 # its ledger before the work budget has refused a state too large
         self.n_deletions = 0
         self.epoch = 0
         self._published: np.ndarray | None = None
@@ -168,6 +119,9 @@ class ExactRidge(Unlearner):
     # ---- spec -----------------------------------------------------------------------------------------------------
     @classmethod
     def normalize_hyperparameters(cls, spec: ModelSpec) -> dict[str, Any]:
+        """deletion_features (client | retained), publication (exact | private; private needs release_horizon and
+        takes release_every), grid_bits (integer in [4, 24]; default 20, or 10 with publication private),
+        l2_selection (fixed | gcv; gcv with publication exact only)."""
         if spec.loss != "squared":
             raise SpecError(f"{cls.algorithm} serves loss squared only (regression, or least-squares "
                             "classification with n_classes or classes)", fields=("loss",))
@@ -175,11 +129,24 @@ class ExactRidge(Unlearner):
         unknown = set(hp) - _HP
         if unknown:
             raise SpecError(f"unknown hyperparameters for {cls.algorithm}: {', '.join(sorted(unknown))}")
-        hp.setdefault("deletion_features", "client")
-        if hp["deletion_features"] not in DELETION_FEATURES:
-            raise SpecError(f"deletion_features must be one of {', '.join(DELETION_FEATURES)}",
-                            fields=("hyperparameters.deletion_features",))
-        bits = hp.setdefault("grid_bits", DEFAULT_GRID_BITS)
+        for name, allowed in (("deletion_features", DELETION_FEATURES), ("publication", private.PUBLICATIONS),
+                              ("l2_selection", L2_SELECTION)):
+            hp.setdefault(name, allowed[0])
+            if hp[name] not in allowed:
+                raise SpecError(f"{name} must be one of {', '.join(allowed)}", fields=(f"hyperparameters.{name}",))
+        is_private = hp["publication"] == "private"
+        if is_private:
+            private.normalize_private(hp)
+            if hp["l2_selection"] == "gcv":
+                raise SpecError("l2_selection gcv needs the exact sums of squares, which a private model does not "
+                                "publish: use l2_selection fixed with publication private",
+                                fields=("hyperparameters.l2_selection",))
+        else:
+            extra = sorted({"release_horizon", "release_every"} & set(hp))
+            if extra:
+                raise SpecError(f"{extra[0]} applies to publication private only",
+                                fields=(f"hyperparameters.{extra[0]}",))
+        bits = hp.setdefault("grid_bits", private.PRIVATE_GRID_BITS if is_private else DEFAULT_GRID_BITS)
         if isinstance(bits, float) and bits.is_integer():
             bits = int(bits)
         lo, hi = GRID_BITS
@@ -196,7 +163,7 @@ class ExactRidge(Unlearner):
     def check_calibration(cls, spec: ModelSpec) -> None:
         """Every number the solve forms must be finite at its worst case: the scaled sums (record_cap records of
         norm X~ and label Y), the penalty, and the bound ||W|| <= ||B|| / l2 on the published weights and the
-        scores they give (X~ ||W||)."""
+        scores they give (X~ ||W||); a private model's noise must fit its integer words (ridge_private.py)."""
         checks = Checks(cls.algorithm)
         hp = cls.normalize_hyperparameters(spec)
         grid = RidgeGrid(spec, int(hp["grid_bits"]))
@@ -205,6 +172,8 @@ class ExactRidge(Unlearner):
         checks.finite("sum of x~ x~^T", n * x * x, "bounds.x_norm")
         y = 1.0 if grid.classes else spec.y_abs * (1.0 + BOUND_TOLERANCE)
         b = checks.finite("sum of y x~", n * x * y * math.sqrt(grid.outputs), "bounds.y_abs", "bounds.x_norm")
+        if hp["l2_selection"] == "gcv":
+            checks.finite("sum of y^2", n * y * y * grid.outputs, "bounds.y_abs")
         w = checks.finite("weight norm bound", b / spec.l2, "l2", "bounds.y_abs", "bounds.x_norm")
         checks.finite("score bound", w * x, "l2", "bounds.x_norm", "bounds.y_abs")
         checks.finite("grid scale", lambda: math.ldexp(1.0, -2 * grid.kx), "bounds.x_norm")
@@ -212,28 +181,55 @@ class ExactRidge(Unlearner):
                       "bounds.x_norm")
         checks.finite("label grid scale", lambda: math.ldexp(1.0, -(grid.kx + grid.ky)), "bounds.y_abs",
                       "bounds.x_norm")
+        if hp["publication"] == "private":
+            eps = ("privacy.epsilon", "privacy.delta", "hyperparameters.release_horizon")
+            checks.finite("rho", spec.rho, *eps, positive=True)
+            pub = private.PrivatePublication(spec, grid, hp)
+            pub.check()
+            # the noise the weights are solved from: its worst case in R (and the shift in M) stays finite, and so
+            # does the weight bound ||W|| <= ||R^|| / l2 the clipped solve keeps
+            tail = pub.levels * private.NOISE_TAILS
+            r_noise = checks.finite("noise of the released y x~ sums", lambda: math.ldexp(
+                tail * pub.sigma_b * math.sqrt(grid.outputs * (spec.dim + 1)), -(grid.kx + grid.ky)),
+                *eps, "bounds.x_norm", "bounds.y_abs")
+            checks.finite("noise of the released x~ x~^T sums", lambda: math.ldexp(
+                tail * pub.sigma_a * (spec.dim + 1), -2 * min(grid.kx, grid.kc)), *eps, "bounds.x_norm")
+            checks.finite("weight norm bound with the noise", (b + r_noise) / spec.l2, "l2", *eps)
+            checks.finite("score bound with the noise", (b + r_noise) / spec.l2 * x, "l2", *eps)
 
     @classmethod
     def keeps_records(cls, spec: ModelSpec) -> bool:
         return spec.hyperparameters.get("deletion_features", "client") == "retained"
 
     @classmethod
+    def publishes_counts(cls, spec: ModelSpec) -> bool:
+        """A private model's record counts are withheld (ridge_private.py)."""
+        return spec.hyperparameters.get("publication", "exact") != "private"
+
+    @classmethod
     def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
         """Learn: quantise the batch and add its products (BLAS-3 products of p x n by n x (p + K), in blocks of
         rows: ``block_rows``), then one
         p x p solve for the published weights (counted as the eigendecomposition, about 10 p^3 flops, which
-        serves where LU fails).  Forget: the same
+        serves where Cholesky fails, and always for GCV and private releases); a private release draws the node's
+        p (p + 1) / 2 + K p discrete Gaussian coordinates.  Forget: the same
         for the records forgotten (and, keeping data, reading them).  Retrain (retained mode): read every record
-        held and rebuild the sums.  Memory: the p x p sums, the solve's dense matrix (``solve``), a chunk."""
+        held and rebuild the sums.  Memory: the p x p sums (a second word beyond 2^61), the solve's dense matrix
+        (``solve``), a chunk."""
         hp = spec.hyperparameters
         p, k = spec.dim + 1, max(1, spec.n_classes)
         solve = 10.0 * p**3 * wb.DENSE_FLOP + 4.0 * p * p * wb.FLOP + wb.STEP
-
+        if hp.get("l2_selection") == "gcv":
+            solve += (GCV_STEPS + 1) * p * (k + 2) * wb.FLOP
+        if hp.get("publication") == "private":
+            eng = private.PrivatePublication(spec, RidgeGrid(spec, int(hp["grid_bits"])), hp)
+            draws = (p * (p + 1) / 2) * wb.draw(dgauss_route(eng.sigma_a)) + k * p * wb.draw(dgauss_route(eng.sigma_b))
+            solve += draws + eng.levels * p * (p + k) * wb.FLOP
         rows_a, rows_b = block_rows(p, k)
 
         def add(n: float) -> float:  # one call per block of rows (block_rows), A's and B's
-            calls = math.ceil(max(n, 1) / rows_a) + math.ceil(max(n, 1) / rows_b)
-            return n * (2.0 * p * wb.FLOP + p * (p + k) * wb.DENSE_FLOP) + calls * wb.CALL
+            calls = math.ceil(max(n, 1) / min(rows_a, CHUNK_SIZE)) + math.ceil(max(n, 1) / min(rows_b, CHUNK_SIZE))
+            return n * (2.0 * p * wb.FLOP + p * (p + k) * wb.DENSE_FLOP) + calls * wb.CALL + 3.0 * p * (p + k) * wb.FLOP
 
         keeps = cls.keeps_records(spec)
         N = int(hp.get("max_records") or batch) if keeps else 0
@@ -249,39 +245,48 @@ class ExactRidge(Unlearner):
 
     # ---- state ----------------------------------------------------------------------------------------------------
     @property
-    def A(self) -> np.ndarray:
-        if self._A is None:
-            self._A = np.zeros((self.spec.dim + 1,) * 2, dtype=np.int64)
-        return self._A
+    def sums(self) -> list[WideInt]:
+        """[A, B] (and C = sum q(t)^2 per output with l2_selection gcv), each two-word (ridge_sums.py)."""
+        if self._sums is None:
+            p, k = self.spec.dim + 1, self.grid.outputs
+            self._sums = [WideInt((p, p)), WideInt((k, p))] + ([WideInt((k,))] if self.gcv else [])
+        return self._sums
 
-    @A.setter
-    def A(self, value: np.ndarray) -> None:
-        self._A = value
+    @property
+    def A(self) -> np.ndarray:
+        """A's low words: its values while the second word is absent (tests)."""
+        return self.sums[0].lo
 
     @property
     def B(self) -> np.ndarray:
-        if self._B is None:
-            self._B = np.zeros((self.grid.outputs, self.spec.dim + 1), dtype=np.int64)
-        return self._B
-
-    @B.setter
-    def B(self, value: np.ndarray) -> None:
-        self._B = value
+        return self.sums[1].lo
 
     def state(self) -> dict[str, Any]:
-        return {"A": self.A.copy(), "B": self.B.copy(), "t": self.t, "n_deletions": self.n_deletions,
-                "epoch": self.epoch}
+        out: dict[str, Any] = {}
+        for name, s in zip(("A", "B", "C"), self.sums):
+            out.update(s.state(name))
+        out.update({"t": self.t, "n_deletions": self.n_deletions, "epoch": self.epoch})
+        if self.private is not None:
+            out.update(self.private.state())
+        return out
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        A = np.asarray(state["A"])
-        B = np.asarray(state["B"])
-        p = self.spec.dim + 1
-        if A.shape != (p, p) or B.shape != (self.grid.outputs, p) or A.dtype != np.int64 or B.dtype != np.int64:
-            raise ValueError("stored sums do not match the model's dimension, classes or type")
-        self.A, self.B = A.copy(), B.copy()
+        p, k = self.spec.dim + 1, self.grid.outputs
+        shapes = {"A": (p, p), "B": (k, p), "C": (k,)}
+        sums = []
+        for name in ("A", "B", "C")[: 3 if self.gcv else 2]:
+            if name not in state:
+                raise ValueError(f"stored state has no sum {name} (l2_selection gcv keeps C from creation)")
+            lo, hi = np.asarray(state[name]), state.get(name + "_hi")
+            if lo.shape != shapes[name] or lo.dtype != np.int64:
+                raise ValueError("stored sums do not match the model's dimension, classes or type")
+            sums.append(WideInt.load(lo, None if hi is None else np.asarray(hi)))
+        self._sums = sums
         self.t = int(state["t"])
         self.n_deletions = int(state["n_deletions"])
         self.epoch = int(state["epoch"])
+        if self.private is not None:
+            self.private.load(state)
         self._published = None
 
     @property
@@ -292,50 +297,67 @@ class ExactRidge(Unlearner):
         return self.t - self.n_deletions
 
     def learn_capacity(self) -> int | None:
-        """The overflow bound (``record_cap`` records held), and in retained mode the retained-record cap too."""
+        """The record cap (``record_cap`` records held), in retained mode the retained-record cap too, and for a
+        private model none once its release_horizon is spent."""
         left = self.grid.record_cap - self.records_held()
+        if self.private is not None and self.private.releases_left == 0:
+            left = 0
         cap = super().learn_capacity()
         return max(0, left if cap is None else min(cap, left))
 
-    def constants(self) -> dict[str, float]:
-        return {"mu": self.spec.l2, "x_grid_exponent": float(-self.grid.kx),
-                "y_grid_exponent": float(-self.grid.ky), "record_cap": float(self.grid.record_cap)}
+    def learn_refusal(self) -> str | None:
+        if self.private is not None and self.private.releases_left == 0:
+            return ("This model has made all the releases of its hyperparameters.release_horizon "
+                    f"({self.private.horizon}): it publishes nothing more, so it learns nothing more. Create a new "
+                    "model with a larger release_horizon (or a larger release_every: fewer releases for the same "
+                    "stream), at the privacy cost charged for it; forgets are still accepted here, exact inside.")
+        return None
+
+    def constants(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {"mu": self.spec.l2, "x_grid_exponent": float(-self.grid.kx),
+                                       "y_grid_exponent": float(-self.grid.ky), "record_cap": int(self.grid.record_cap)}
+        if self.private is not None:
+            out.update(self.private.constants())
+        return out
 
     def ledger(self) -> dict[str, Any]:
+        if self.private is not None:  # no deletion count: it is a record count (ridge_private.py)
+            return self.private.ledger(self.spec)
         return {"accounting": self.accounting, "rho_spent": 0.0, "rho_budget": None,
                 "capacity_total": None, "capacity_left": None, "deletions": self.n_deletions}
 
-    # ---- the sums ---------------------------------------------------------------------------------------------------
-    def _sums(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The exact integer sums of records (X, y): float64 BLAS on chunks whose partial sums stay below 2^53."""
+    def creation_charge(self) -> dict[str, float] | None:
+        return None if self.private is None else self.private.creation_charge()
+
+    # ---- learning and forgetting -------------------------------------------------------------------------------
+    def _accumulate(self, X: np.ndarray, y: np.ndarray, sign: int) -> None:
+        """Add or subtract the records' exact products; two words wherever the records held (plus the batch) times
+        the per-record bound could reach 2^61 (ridge_sums.py)."""
         X = np.asarray(X, dtype=np.float64).reshape(len(y), self.spec.dim)
-        p, k = self.spec.dim + 1, self.grid.outputs
-        A = np.zeros((p, p), dtype=np.int64)
-        B = np.zeros((k, p), dtype=np.int64)
-        rows_a, rows_b = (max(1, min(self.grid.chunk, r)) for r in block_rows(p, k))
-        for a in range(0, len(y), self.grid.chunk):
-            Xq = self.grid.features(X[a : a + self.grid.chunk])
-            Tq = self.grid.targets(y[a : a + self.grid.chunk])
-            FA, FB = Xq[:rows_a].T @ Xq[:rows_a], Tq[:rows_b].T @ Xq[:rows_b]
-            for b in range(rows_a, len(Xq), rows_a):  # float64 sums of integers below 2^53 (one chunk): exact
-                FA += Xq[b : b + rows_a].T @ Xq[b : b + rows_a]
-            for b in range(rows_b, len(Xq), rows_b):
-                FB += Tq[b : b + rows_b].T @ Xq[b : b + rows_b]
-            A += FA.astype(np.int64)
-            B += FB.astype(np.int64)
-        return A, B
+        sums = self.sums
+        bound = (self.records_held() + (len(y) if sign > 0 else 0)) * self.grid.per_record
+        wide = bound >= LO_LIMIT or any(s.hi is not None for s in sums)
+        accumulate(self.grid, X, y, sums, sign, wide)
+
+    def _write(self) -> None:
+        """After each learn or forget request: the published weights change (private: at a release only)."""
+        if self.private is None:
+            self._published = None
+        elif self.private.step(self.noise):
+            self._published = None
+            self.private.weights = self.weights()
 
     def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:
         y = np.asarray(y, dtype=np.float64).reshape(-1)
+        refusal = self.learn_refusal()
+        if refusal is not None:
+            raise InputError(refusal, code="horizon-reached")
         if len(y) > self.grid.record_cap - self.records_held():  # the service refuses first (learn_capacity)
-            raise InputError(f"{self.algorithm} holds at most {self.grid.record_cap} records (its int64 sums "
-                             "could overflow beyond)", code="horizon-reached")
-        A, B = self._sums(X, y)
+            raise InputError(f"{self.algorithm} holds at most {self.grid.record_cap} records", code="horizon-reached")
+        self._accumulate(X, y, 1)
         steps = np.arange(self.t + 1, self.t + 1 + len(y), dtype=np.int64)
-        self.A += A
-        self.B += B
         self.t += len(y)
-        self._published = None
+        self._write()
         return steps
 
     def forget(self, steps: Sequence[int], retained: RetainedData | None = None) -> list[Certificate]:
@@ -350,55 +372,84 @@ class ExactRidge(Unlearner):
             X, y = retained.get(steps)
         except KeyError:
             raise ForgetError("some steps are not held (already forgotten?)") from None
-        A, B = self._sums(X, np.asarray(y, dtype=np.float64).reshape(-1))
-        self.A -= A
-        self.B -= B
-        self._published = None
+        self._accumulate(X, np.asarray(y, dtype=np.float64).reshape(-1), -1)
+        self._write()
         certs = []
         for u in steps:
             self.n_deletions += 1
-            certs.append(Certificate(learned_step=u, forgotten_step=self.t, deletion_index=self.n_deletions,
-                                     mechanism="exact", sigma=0.0, sensitivity=0.0, rho=0.0))
+            if self.private is None:
+                certs.append(Certificate(learned_step=u, forgotten_step=self.t, deletion_index=self.n_deletions,
+                                         mechanism="exact", sigma=0.0, sensitivity=0.0, rho=0.0))
+            else:  # exact inside, nothing spent; no count in it (forgotten_step and deletion_index withheld: 0)
+                certs.append(Certificate(learned_step=u, forgotten_step=0, deletion_index=0,
+                                         mechanism="dp_from_start", sigma=self.private.sigma_a,
+                                         sensitivity=self.private.sens_a, rho=0.0,
+                                         details=self.private.certificate_details()))
         return certs
 
     def retrain(self, retained: RetainedData) -> None:
-        """Retained mode: the sums rebuilt from the examples held (equal to the kept sums: a new ledger epoch)."""
+        """Retained mode: the sums rebuilt from the examples held (equal to the kept sums: a new ledger epoch; a
+        private model releases nothing for it)."""
         p, k = self.spec.dim + 1, self.grid.outputs
-        A, B = np.zeros((p, p), dtype=np.int64), np.zeros((k, p), dtype=np.int64)
+        sums = [WideInt((p, p)), WideInt((k, p))] + ([WideInt((k,))] if self.gcv else [])
+        wide = self.records_held() * self.grid.per_record >= LO_LIMIT
         for _, X, y in retained.chunks(CHUNK_SIZE):
-            a, b = self._sums(X, np.asarray(y, dtype=np.float64).reshape(-1))
-            A += a
-            B += b
-        self.A, self.B = A, B
-        self._published = None
+            accumulate(self.grid, np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64).reshape(-1),
+                       sums, 1, wide)
+        self._sums = sums
+        if self.private is None:
+            self._published = None
         self.epoch += 1
 
     # ---- the published weights ---------------------------------------------------------------------------------------
-    def weights(self) -> np.ndarray:
-        """W (outputs x (d + 1)) from the sums alone: (D A D + l2 I) W^T = D B^T 2^-ky, with D = diag(2^-k) the
-        grid's scales (2^-kx for the features, 2^-kc for the intercept): an LU solve, or where it fails (singular
-        in floating point, a non-finite answer) the eigendecomposition.  Deterministic in the sums."""
+    def _scaled(self, A: WideInt, B: WideInt) -> tuple[np.ndarray, np.ndarray]:
+        """M = D A D and R = D B^T 2^-ky as float64 (D = diag(2^-k): the grid's scales, powers of two)."""
         if self._exponents is None:  # the grid's, from the spec alone
             k = self.grid.exponents(self.spec.dim)
             self._exponents = (-(k[:, None] + k[None, :]), -(k[None, :] + self.grid.ky))
-        M = np.ldexp(self.A.astype(np.float64), self._exponents[0])
-        R = np.ldexp(self.B.astype(np.float64), self._exponents[1])
+        return np.ldexp(A.to_float(), self._exponents[0]), np.ldexp(B.to_float(), self._exponents[1])
+
+    def weights(self) -> np.ndarray:
+        """W (outputs x (d + 1)) from the sums alone (ridge_solve.py), deterministic in them.  A private model:
+        from the current release's noisy sums (ridge_private.py)."""
+        sums = self.sums
+        if self.private is not None:
+            A, B = self.private.noisy_sums(sums[0], sums[1])
+            M, R = self._scaled(A, B)
+            return self.private.solve(M, R, self.spec.l2)
+        if self.gcv:
+            return self._gcv()[0]
+        M, R = self._scaled(sums[0], sums[1])
         M.flat[:: M.shape[0] + 1] += self.spec.l2
-        try:  # LU (LAPACK gesv), ~10x faster than the eigendecomposition at d = 64
-            W = np.linalg.solve(M, R.T)
-            if np.all(np.isfinite(W)):
-                return np.ascontiguousarray(W.T)
-        except np.linalg.LinAlgError:
-            pass
-        # singular in floating point (l2 below the round-off of A): the eigendecomposition, eigenvalues clipped
-        # at l2, whose answer obeys ||W|| <= ||R|| / l2 whatever the conditioning
-        e, V = np.linalg.eigh(M)
-        W = ((V @ ((V.T @ R.T) / np.maximum(e, self.spec.l2)[:, None])).T)
-        return np.ascontiguousarray(W)
+        return solve_spd(M, R, self.spec.l2)
+
+    def _gcv(self) -> tuple[np.ndarray, float]:
+        """(W, the penalty GCV chose) from the sums alone: yy = sum q(t)^2 2^-2ky from C, n from A's intercept
+        corner (n 4^kc, exactly)."""
+        sums = self.sums
+        M, R = self._scaled(sums[0], sums[1])
+        yy = float(np.ldexp(sums[2].to_float(), -2 * self.grid.ky).sum())
+        n = float(sums[0].to_float()[-1, -1]) / 4.0**self.grid.kc
+        return gcv_solve(M, R, yy, n, self.spec.l2)
+
+    def penalty(self) -> float:
+        """The ridge penalty the published weights use: l2, or GCV's choice (not published: tests and the bench)."""
+        return self._gcv()[1] if self.gcv else self.spec.l2
+
+    def noisy_sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """A private model's current release's noisy sums as exact integers (object arrays; tests and the bench)."""
+        if self.private is None:
+            raise ValueError("only a private model has noisy sums")
+        A, B = self.private.noisy_sums(self.sums[0], self.sums[1])
+        return A.exact(), B.exact()
 
     def published(self) -> np.ndarray:
         if self._published is None:
-            W = self.weights()
+            if self.private is not None:
+                W = self.private.weights if self.private.weights is not None else np.zeros(
+                    (self.grid.outputs, self.spec.dim + 1))
+            else:
+                W = self.weights()
             self._published = W.reshape(-1) if self.spec.n_classes else W[0].copy()
         return self._published.copy()
 
