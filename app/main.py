@@ -6,12 +6,13 @@ import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
 from .api import admin, audit, console, models, operations, problems, system
 from .api.clientaddr import ClientAddress, ClientResolver
 from .api.limits import BodySizeLimit
+from .api.query import known_query_parameters
 from .api.fairness import FairScheduler, TenantLimiter, compute_slots
 from .api.operation_turns import turns_of
 from .api.ratelimit import AuthFailureThrottle, RateLimit
@@ -173,7 +174,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     problems.document_problems(app)
     for router in (admin.router, admin.own, models.router, operations.router, audit.router, system.router):
-        app.include_router(router)
+        app.include_router(router, dependencies=[Depends(known_query_parameters)])
     models.install_openapi(app)  # the learn body schemas (both shapes)
     console.install(app)  # the read-only audit console at /console (static files, not in the OpenAPI document)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
