@@ -59,8 +59,11 @@ class SqlNodeStore:
     def put(self, level: int, index: int, hash: bytes) -> None:
         self._new[(level, index)] = bytes(hash)
 
-    def flush(self) -> None:
+    def flush(self) -> int:
+        """Write the new nodes; how many."""
+        n = len(self._new)
         if self._new:
             self.s.connection().execute(insert(MerkleNode.__table__), [
                 {"tenant_id": self.tenant_id, "level": lv, "idx": ix, "hash": h} for (lv, ix), h in self._new.items()])
             self._new = {}
+        return n
