@@ -24,7 +24,7 @@ from .helpers import create_model, examples, unit_rows
 
 @contextmanager
 def sqlite_steps(engine):
-    """Counts SQLite VM instructions (in thousands) run on ``engine``'s connections inside the block."""
+    """Counts SQLite VM instructions (in hundreds) run on ``engine``'s connections inside the block."""
     count = [0]
 
     def tick():
@@ -32,7 +32,7 @@ def sqlite_steps(engine):
         return 0
 
     def on_checkout(dbapi_conn, record, proxy):
-        dbapi_conn.set_progress_handler(tick, 1000)
+        dbapi_conn.set_progress_handler(tick, 100)
 
     def on_checkin(dbapi_conn, record):
         dbapi_conn.set_progress_handler(None, 0)

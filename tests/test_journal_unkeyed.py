@@ -153,3 +153,22 @@ def test_journal_rows_expire_after_the_retention_window(server, tenant):
     # the key is free again: the same body is now a new learn (its ids were used: 409 duplicate-record)
     again = c.post(f"/v1/models/{mid}/learn", json=body, headers={"Idempotency-Key": "old"})
     assert again.status_code == 409 and again.json()["type"].endswith("/duplicate-record")
+
+
+def test_an_error_on_a_record_lookup_logs_the_route_not_the_record_id(server, tenant, caplog, monkeypatch):
+    """The error logs named the request by its path, which carries the record id of an audit lookup: an unkeyed
+    (raw) trace in the service's log.  They name the route template."""
+    import logging
+
+    _, c = tenant
+    audit = server.app.state.ctx.models.audit
+
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(audit, "record_status", broken)
+    with caplog.at_level(logging.INFO):
+        r = c.get(f"/v1/audit/records/{ALICE}")
+    assert r.status_code == 500
+    logged = "\n".join(rec.getMessage() for rec in caplog.records if rec.name.startswith("olu"))  # the service's
+    assert "/v1/audit/records/{record_id}" in logged and ALICE not in logged
