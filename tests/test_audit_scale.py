@@ -121,10 +121,16 @@ def test_export_pages_resume_on_one_checkpoint_and_match_the_whole_bundle(server
         assert [r["id"] for r in bundle["receipts"]] == [r["id"] for p in pages for r in p["receipts"]]
         report = verify_bundle(json.loads(whole.text), keys)
         assert report.ok and len(bundle["receipts"]) == 130, report.failures()
-        # a cursor the service never gave (no checkpoint signed at that size) is refused
-        for bad in ("129.0", "131.200", "x.1", "5"):
+        # a cursor names a size of the log and an index: beyond the log, or malformed, it is refused
+        for bad, slug in (("132.0", "log-size-exceeded"), ("x.1", "validation-error"), ("5", "validation-error")):
             r = c.get("/v1/audit/export", params={"model_id": mid, "limit": 10, "cursor": bad})
-            assert r.status_code == 422, (bad, r.text)
+            assert r.status_code == 422 and r.json()["type"].endswith(slug), (bad, r.text)
+        # at an older size (a checkpoint signed for it), the bundle of the log as it was; past its end, nothing
+        older = c.get("/v1/audit/export", params={"model_id": mid, "limit": 500, "cursor": "100.0"}).json()
+        assert len(older["receipts"]) == 100 and older["checkpoint"]["tree_size"] == 100
+        assert verify_bundle(older, keys).ok
+        done = c.get("/v1/audit/export", params={"model_id": mid, "limit": 10, "cursor": "131.131"}).json()
+        assert done["receipts"] == [] and done["next_cursor"] is None
 
 
 def test_export_work_is_linear_in_the_receipts_it_returns(server):

@@ -98,7 +98,8 @@ def export_bundle(request: Request, p: Auditor,
     `cursor` to resume. Every page proves its receipts against the checkpoint the first page pinned, so the pages
     together are the bundle of the log at that size, each page verifiable on its own. Without `limit`, the whole
     bundle is answered at once (streamed page by page, `next_cursor` null). The erasure receipts come with the first
-    page."""
+    page. A cursor names a log size and a log index (`<size>.<index>`): a size above the tenant's log is 422
+    `log-size-exceeded` (with `log_size`); an index at or past the size is an empty last page."""
     audit = get_ctx(request).models.audit
     page = audit.export(p.tenant_id, record_id, model_id, cursor, limit or EXPORT_PAGE)
     if limit is not None or page["next_cursor"] is None:
