@@ -93,6 +93,11 @@ class Settings(BaseSettings):
     tenant_max_bytes: int = Field(
         1 << 30, ge=0, description="Default quota: bytes the tenant's data occupies (states, retained examples, "
                                    "record index; an estimate from byte lengths); 0: no limit.")
+    tenant_max_audit_bytes: int = Field(
+        4 << 30, ge=0, description="Default quota: bytes of the tenant's audit trail (receipts, log nodes, "
+                                   "forgotten and erased records' commitments, ledger entries, checkpoints, deleted "
+                                   "models' rows; an estimate from byte lengths), which nothing frees; once spent, "
+                                   "learns and model creations are refused, never forgets or deletions; 0: no limit.")
     auth_failure_limit: int = Field(
         100, ge=0, description="Failed authentications (a bearer token that is neither the admin token nor a live "
                                "key) one client address may make in a burst; beyond it the address gets 429 until "
@@ -126,6 +131,12 @@ class Settings(BaseSettings):
                     "is taken over by a retry; until then the retry answers 409 idempotency-request-in-progress. "
                     "Keep it above the longest request (OLU_REQUEST_DEADLINE_SECONDS plus database waits); a live "
                     "request whose claim is taken over commits nothing (fenced).")
+    idempotency_retention_seconds: float = Field(
+        86_400.0, gt=0, allow_inf_nan=False,
+        description="Seconds an Idempotency-Key row (its keyed fingerprint and stored answer) is kept: a retry within "
+                    "it gets the first answer; after it the key is free again and the row is deleted (each process "
+                    "purges expired rows at most once a minute while it serves requests with keys). Keep it above "
+                    "OLU_IDEMPOTENCY_STALE_SECONDS and the longest a client retries.")
 
     # long work run as operations (app/services/operations.py, docs/operations.md "Operations")
     operation_workers: int = Field(

@@ -131,9 +131,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level)
     registry = ModelRegistry(cipher=cipher)
     metrics = Metrics()
-    ctx = Context(settings, db, keyring, TenantService(db, cipher, settings.auth_cache_seconds),
+    tenants = TenantService(db, cipher, settings.auth_cache_seconds)
+    ctx = Context(settings, db, keyring, tenants,
                   ModelService(db, registry, ReceiptIssuer(keyring), settings, metrics),
-                  IdempotencyStore(db, settings.idempotency_stale_seconds), metrics,
+                  IdempotencyStore(db, settings.idempotency_stale_seconds, settings.idempotency_retention_seconds,
+                                   open_key=tenants.record_key), metrics,
                   AuthFailureThrottle(settings.auth_failure_limit, settings.auth_failure_window,
                                       settings.auth_failure_max_addresses) if settings.auth_failure_limit else None)
     limiter = TenantLimiter(settings.tenant_rate_limit, settings.tenant_rate_limit_burst, settings.tenant_max_in_flight,

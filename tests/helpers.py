@@ -67,3 +67,17 @@ def all_receipts(client, model_id: str) -> list[dict]:
         cursor = page.json()["next_cursor"]
         if cursor is None:
             return out
+
+
+def add_tenant(ctx, tenant_id: str) -> None:
+    """A tenant row with a fixed id (and a fresh record key) for tests that name tenants; kept if it exists."""
+    import secrets
+
+    from app.db.tables import Tenant
+    from app.ids import utcnow
+    from app.services.records import seal_record_key
+
+    with ctx.db.write() as s:
+        if s.get(Tenant, tenant_id) is None:
+            s.add(Tenant(id=tenant_id, name=tenant_id, log_size=0, created_at=utcnow(),
+                         record_key=seal_record_key(ctx.tenants.cipher, tenant_id, secrets.token_bytes(32))))

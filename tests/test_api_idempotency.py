@@ -63,11 +63,11 @@ def test_in_flight_same_request_is_409(server, tenant):
     tenant_id, c = tenant
     mid = create_model(c, dim=2)["id"]
     c.post(f"/v1/models/{mid}/learn", json={"examples": examples(unit_rows(3, 2))})
+    from app.api.idempotent import request_fingerprint
     from app.schemas import UnlearnRequest
-    from app.services.idempotency import fingerprint
 
-    body = UnlearnRequest(ids=["rec-0"]).model_dump_json().encode()
-    claim = server.app.state.ctx.idempotency.begin(tenant_id, "same", fingerprint("POST", f"/v1/models/{mid}/unlearn", body))
+    claim = server.app.state.ctx.idempotency.begin(tenant_id, "same", request_fingerprint(
+        "POST", f"/v1/models/{mid}/unlearn", UnlearnRequest(ids=["rec-0"])))
     r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-0"]}, headers={"Idempotency-Key": "same"})
     assert r.status_code == 409 and r.json()["type"].endswith("/idempotency-request-in-progress")
     claim.release()

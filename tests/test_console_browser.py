@@ -176,6 +176,9 @@ def test_sign_in_overview_and_model_page_with_its_plot(page, live):
     for text in ("churn-risk", "memory_pair", "logistic", "rho-zCDP", "60", "22", "of 1", "deletions left"):
         assert text in churn, (text, churn)
     assert "exact: no privacy spent" in page.locator(f"#models tr[data-model='{live['credit']}']").inner_text()
+    # the audit trail beside the other quotas (issue 37, F5-A): what the forgets left, against its own quota
+    audit = page.locator("#usage [data-quota='audit_bytes']").inner_text()
+    assert "Audit trail" in audit and " of " in audit and "no limit" not in audit, audit
     shot(page, "overview")
 
     page.click(f"a.model-link[href='#/models/{live['churn']}']")

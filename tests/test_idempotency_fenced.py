@@ -19,7 +19,7 @@ from app.db.tables import IdempotencyRecord
 from app.errors import Problem
 from app.unlearning.families.retrain import RetrainOGD
 
-from .helpers import create_model, examples, unit_rows
+from .helpers import add_tenant, create_model, examples, unit_rows
 
 
 def _claim_age(store, tenant_id: str, key: str):
@@ -98,9 +98,10 @@ def test_a_retrain_whose_claim_was_taken_over_does_not_commit(server, monkeypatc
 
 def test_a_guard_that_lost_its_claim_neither_completes_nor_releases_the_new_one(server):
     store = server.app.state.ctx.idempotency
-    old = store.begin("ten_fence", "k", "h")
+    add_tenant(server.app.state.ctx, "ten_fence")  # a tenant row: fingerprints are keyed under its record key
+    old = store.begin("ten_fence", "k", b"h")
     _make_stale(store, "ten_fence", "k")
-    new = store.begin("ten_fence", "k", "h")
+    new = store.begin("ten_fence", "k", b"h")
     assert old.claim != new.claim
     with pytest.raises(Problem) as e:
         with store.db.write() as s:
@@ -108,8 +109,8 @@ def test_a_guard_that_lost_its_claim_neither_completes_nor_releases_the_new_one(
     assert e.value.status == 409 and e.value.slug == "idempotency-request-in-progress"
     old.release()  # the loser's failure path must not drop the live claim
     with pytest.raises(Problem):
-        store.begin("ten_fence", "k", "h")  # still in progress (the new claim)
+        store.begin("ten_fence", "k", b"h")  # still in progress (the new claim)
     with store.db.write() as s:
         new.complete(s, {"x": 2})
-    replay = store.begin("ten_fence", "k", "h")
+    replay = store.begin("ten_fence", "k", b"h")
     assert replay.body == b'{"x":2}'

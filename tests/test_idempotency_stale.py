@@ -14,6 +14,7 @@ from app.main import create_app
 from app.services.idempotency import IdempotencyGuard
 
 from .conftest import ADMIN_TOKEN
+from .helpers import add_tenant
 
 
 @pytest.fixture
@@ -21,6 +22,7 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("OLU_IDEMPOTENCY_STALE_SECONDS", "45")
     app = create_app(Settings(data_dir=tmp_path, admin_token=ADMIN_TOKEN))
     ctx = app.state.ctx
+    add_tenant(ctx, "ten_x")  # a tenant row: fingerprints are keyed under its record key
     yield ctx.idempotency
     ctx.db.dispose()
 
@@ -34,17 +36,17 @@ def _age(store, seconds: float) -> None:
 
 def test_a_dead_claim_is_taken_over_after_the_configured_seconds(store):
     assert store.stale_after == 45.0  # read from the environment by Settings, passed on by create_app
-    assert isinstance(store.begin("ten_x", "k1", "h"), IdempotencyGuard)  # ... and its process dies here
+    assert isinstance(store.begin("ten_x", "k1", b"h"), IdempotencyGuard)  # ... and its process dies here
     with pytest.raises(Problem) as e:
-        store.begin("ten_x", "k1", "h")
+        store.begin("ten_x", "k1", b"h")
     assert e.value.status == 409 and e.value.slug == "idempotency-request-in-progress"
     _age(store, 30)
     with pytest.raises(Problem):  # younger than 45 s: maybe still running
-        store.begin("ten_x", "k1", "h")
+        store.begin("ten_x", "k1", b"h")
     _age(store, 20)
-    assert isinstance(store.begin("ten_x", "k1", "h"), IdempotencyGuard)  # 50 s: taken over
+    assert isinstance(store.begin("ten_x", "k1", b"h"), IdempotencyGuard)  # 50 s: taken over
     with pytest.raises(Problem):  # the take-over is a fresh claim
-        store.begin("ten_x", "k1", "h")
+        store.begin("ten_x", "k1", b"h")
 
 
 def test_the_setting_refuses_nonsense(monkeypatch, tmp_path):

@@ -96,3 +96,34 @@ def test_power_run_tiny(tmp_path):
     assert "Across 2 seeds" in text and "| retrain (exact) |" in text and "of 4 |" in text
     assert not any(line.startswith("| passive_olu |") and "of 4" in line for line in text.splitlines())
     assert (tmp_path / "out" / "membership_power.json").exists()
+
+
+def test_leak_verdict_uses_every_seed_with_a_multiplicity_correction():
+    """Issue 37 item 7: the verdict read the first seed only (any interval above 0.5: exact families flagged in 11 of
+    100 family-runs at quick sizes).  Now: each attack's one-sided Mann-Whitney z combined over the seeds
+    (Stouffer), Bonferroni over the two attacks, family-wise 5 %."""
+    from bench.accuracy.membership_verdict import leak_verdict, z_of
+
+    def row(p_loss, p_lira, lo=0.45):
+        cell = lambda p: {"auc": 0.55, "lo": lo, "hi": 0.62, "p": p}  # noqa: E731
+        return {"after": {"loss": {"forgotten": cell(p_loss)}, "lira": {"forgotten": cell(p_lira)}}}
+
+    # one seed just past a 2.5 % tail (its interval above 0.5), the others at chance: no leak
+    chance = leak_verdict([row(0.02, 0.3, lo=0.51), row(0.6, 0.5), row(0.45, 0.7), row(0.5, 0.4)])
+    assert not chance["leaks"] and chance["seeds"] == 4 and chance["loss"]["p"] > 0.025
+    # a small shift at every seed, none significant alone: combined, a leak (the power of pooling the seeds)
+    pooled = leak_verdict([row(0.04, 0.5), row(0.05, 0.5), row(0.03, 0.5), row(0.06, 0.5)])
+    assert pooled["leaks"] and pooled["loss"]["p"] < 0.025 / 1
+    # Bonferroni: a combined p of 0.03 on one attack is not enough (0.025 per attack)
+    one = leak_verdict([row(0.03, 0.9)])
+    assert one["loss"]["p"] == pytest.approx(0.03) and not one["leaks"]
+    # saved runs without p: z from the interval's half width (0.55 with +-0.05 is about z = 1.96)
+    assert z_of({"auc": 0.55, "lo": 0.5, "hi": 0.6}) == pytest.approx(1.96, abs=0.01)
+    assert leak_verdict([{"after": {}}]) is None
+
+
+def test_mann_whitney_p_is_calibrated_for_exchangeable_groups():
+    rng = np.random.default_rng(11)
+    ps = [M.auc_ci(rng.normal(size=30), rng.normal(size=200), rounds=10)["p"] for _ in range(400)]
+    assert 0.02 <= np.mean(np.array(ps) < 0.05) <= 0.09  # about 5 % under the null (400 draws)
+    assert M.auc_ci(rng.normal(1.0, size=30), rng.normal(size=200), rounds=10)["p"] < 1e-4

@@ -144,3 +144,26 @@ def test_group_noise_out_of_float_range_restarts_instead():
     e.group_precheck = lambda k: (_ for _ in ()).throw(CapacityExhausted("out of range"))
     certs = e.forget([3, 4])  # refused before anything changed: one exact restart for the whole request
     assert [c.mechanism for c in certs] == ["exact", "exact"] and certs[0].details["restart"] == 1.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_chain_holds_in_any_forget_order(seed):
+    """docs/passive_group_allocation.md §2 step 2 (issue 37 item 7): the chain of runs must go through the forgotten
+    records in increasing learning step -- a link whose runs both skip a later-learned record's step would contract
+    less than its a_j counts.  Since S is a sum of per-record terms, the proof may always take that order, whatever
+    order the forgets came in; the engine sums each member's own a_v (it sorts nothing).  Checked with contraction
+    (l2 > 0, so Gamma < 1): forgetting in decreasing step order certifies the same S and window bound as increasing
+    order, and the coupled replay stays within it."""
+    X, y = worst_stream()
+    s = spec(l2=0.05)
+    up, down = [3, 7, 11, 15, 19], [19, 15, 11, 7, 3]
+    shifts = {}
+    for order in (up, down):
+        e = PassiveOLU(s, SeededNoise(seed))
+        e.learn(X, y)
+        certs = e.forget(order)
+        shifts[tuple(order)] = certs[-1].details["group_shift"]
+        assert certs[-1].details["Gamma"] < 1.0 or order[-1] == 19
+    assert shifts[tuple(down)] == pytest.approx(shifts[tuple(up)], rel=1e-12)
+    (realized, bound), = windows(PassiveOLU, s, X, y, {20: down}, seed)
+    assert bound <= RHO * (1 + 1e-12) and realized <= bound * (1 + 1e-9), (realized, bound)

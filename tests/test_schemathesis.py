@@ -49,7 +49,7 @@ DOCUMENTED_REFUSALS = {
     "example-mismatch": "unlearn: the features sent differ from those learned",
     "examples-not-accepted": "unlearn: the model keeps its data (ids only)",
     "forget-rejected": "unlearn: the model's family cannot certify this forget",
-    "log-size-exceeded": "consistency: the tenant's log size",
+    "log-size-exceeded": "consistency, export's cursor: the tenant's log size",
     "batch-too-large": "learn, unlearn, predict: OLU_MAX_BATCH and the family's per-request limit (413)",
     "non-finite-result": "learn, predict: the model's state with these inputs",
 }

@@ -152,5 +152,5 @@ def test_quotas_are_admin_only_and_validated(server, tenant):
         assert a.put("/v1/tenants/ten_nope/quotas", json={}).status_code == 404
         assert a.get("/v1/tenants/ten_nope").status_code == 404
         view = a.put(f"/v1/tenants/{tenant_id}/quotas", json={}).json()  # back to the defaults
-    assert view["quota_overrides"] == {"models": None, "records": None, "bytes": None}
-    assert view["quotas"] == {"models": 100, "records": 10_000_000, "bytes": 1 << 30}
+    assert view["quota_overrides"] == {"models": None, "records": None, "bytes": None, "audit_bytes": None}
+    assert view["quotas"] == {"models": 100, "records": 10_000_000, "bytes": 1 << 30, "audit_bytes": 4 << 30}

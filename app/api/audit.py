@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Iterator
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import BeforeValidator
+from fastapi.responses import StreamingResponse
+from pydantic import BeforeValidator, TypeAdapter
 
 from ..schemas import (NO_CONTROL, ConsistencyProof, DeletionLog, ErasureReceipt, ExportBundle, Ledger, Receipt,
                            RecordStatus,
                            SignedCheckpoint)
+from ..services.audit import EXPORT_CURSOR, EXPORT_MAX_PAGE, EXPORT_PAGE
 from .deps import Auditor, get_ctx
 from .problems import responses
 
@@ -81,9 +83,49 @@ def get_consistency(request: Request, p: Auditor, from_size: Annotated[int, Quer
 @router.get("/audit/export", response_model=ExportBundle, responses=responses(401, 403, 404, 422))
 def export_bundle(request: Request, p: Auditor,
                   record_id: Annotated[str | None, Query(max_length=256, pattern=NO_CONTROL)] = None,
-                  model_id: Annotated[str | None, Query(pattern=NO_CONTROL)] = None):
+                  model_id: Annotated[str | None, Query(pattern=NO_CONTROL)] = None,
+                  cursor: Annotated[str | None, Query(pattern=EXPORT_CURSOR, description=(
+                      "The next_cursor of the previous page: resumes the same bundle (same checkpoint).")
+                  )] = None,
+                  limit: Annotated[int | None, Query(ge=1, le=EXPORT_MAX_PAGE, description=(
+                      "Receipts per page; absent: the whole bundle in one answer, streamed."))] = None):
     """An offline-verifiable bundle for one record (across the tenant's models) or one model's deletions.
 
     Give exactly one of `record_id` and `model_id` (422 `validation-error` otherwise: a rule across query
-    parameters, which the schema cannot state)."""
-    return get_ctx(request).models.audit.export(p.tenant_id, record_id, model_id)
+    parameters, which the schema cannot state).
+
+    With `limit`, one page of at most `limit` receipts and a `next_cursor` (null on the last page): pass it as
+    `cursor` to resume. Every page proves its receipts against the checkpoint the first page pinned, so the pages
+    together are the bundle of the log at that size, each page verifiable on its own. Without `limit`, the whole
+    bundle is answered at once (streamed page by page, `next_cursor` null). The erasure receipts come with the first
+    page. A cursor names a log size and a log index (`<size>.<index>`): a size above the tenant's log is 422
+    `log-size-exceeded` (with `log_size`); an index at or past the size is an empty last page."""
+    audit = get_ctx(request).models.audit
+    page = audit.export(p.tenant_id, record_id, model_id, cursor, limit or EXPORT_PAGE)
+    if limit is not None or page["next_cursor"] is None:
+        return page
+    return StreamingResponse(_stream_bundle(audit, p.tenant_id, record_id, model_id, page),
+                             media_type="application/json")
+
+
+_RECEIPT = TypeAdapter(Receipt)
+_BUNDLE_TAIL = TypeAdapter(ExportBundle)
+
+
+def _stream_bundle(audit, tenant_id: str, record_id: str | None, model_id: str | None, first: dict) -> Iterator[bytes]:
+    """The whole bundle as one JSON document, page by page (each page a short read; memory bounded by a page):
+    the receipts of every page, then the first page's erasures, checkpoint and keys, as ``ExportBundle`` renders
+    them."""
+    yield b'{"receipts":['
+    page, sep = first, b""
+    while True:
+        if page["receipts"]:  # one chunk per page: each chunk is a worker-thread hop and a send
+            yield sep + b",".join(_RECEIPT.dump_json(_RECEIPT.validate_python(body)) for body in page["receipts"])
+            sep = b","
+        if page["next_cursor"] is None:
+            break
+        page = audit.export(tenant_id, record_id, model_id, page["next_cursor"], EXPORT_PAGE)
+    tail = _BUNDLE_TAIL.dump_json(_BUNDLE_TAIL.validate_python({**first, "receipts": [], "next_cursor": None}))
+    head = b'{"receipts":[],'
+    assert tail.startswith(head)  # the receipts member first, as ExportBundle declares it
+    yield b"]," + tail[len(head):]

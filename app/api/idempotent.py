@@ -24,6 +24,13 @@ def json_response(response_model: type[BaseModel], payload: Any, status_code: in
     return Response(encode(response_model, payload), status_code=status_code, media_type=JSON)
 
 
+def request_fingerprint(method: str, path: str, body: BaseModel | None) -> bytes:
+    """The SHA-256 a request's Idempotency-Key row is keyed from: method, path and the canonical body, less what the
+    body's model leaves out (``UNFINGERPRINTED``: the features a client resends to forget are checked, never kept)."""
+    kept = b"" if body is None else body.model_dump_json(exclude=getattr(body, "UNFINGERPRINTED", None)).encode()
+    return fingerprint(method, path, kept)
+
+
 def run(request: Request, tenant_id: str, body: BaseModel | None, response_model: type[BaseModel], status_code: int,
         operation: Callable) -> Response:
     """``operation(guard)`` performs the write; with a key its answer is stored in the same transaction.
@@ -33,8 +40,8 @@ def run(request: Request, tenant_id: str, body: BaseModel | None, response_model
     if key is None:
         return json_response(response_model, operation(None), status_code)
     store = get_ctx(request).idempotency
-    claim = store.begin(tenant_id, key, fingerprint(request.method, request.url.path,
-                                                    body.model_dump_json().encode() if body is not None else b""))
+    claim = store.begin(tenant_id, key, request_fingerprint(request.method, request.url.path, body),
+                        request.path_params.get("model_id"))
     if isinstance(claim, Replay):
         return Response(claim.body, status_code=claim.status_code, media_type=JSON,
                         headers={"idempotent-replayed": "true"})

@@ -18,6 +18,13 @@ PROBLEM_BASE = "/problems/"  # relative URI reference (RFC 9457 §3.1.1), resolv
 MEDIA_TYPE = "application/problem+json"
 log = logging.getLogger("olu.problems")
 
+
+def route_of(scope) -> str:
+    """What a log line names a request by: its route template (``/v1/audit/records/{record_id}``), never the path,
+    which may carry a record id (issue 37, F5-C: no unkeyed trace of a record in any log)."""
+    route = scope.get("route")
+    return getattr(route, "path", None) or "unmatched"
+
 TITLES = {
     "model-not-found": "Model not found",
     "record-not-found": "Record not found",
@@ -132,27 +139,27 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(PoolTimeout)
     async def _no_connection(request: Request, exc: Exception):
         # a connection that died mid-transaction, or no pooled connection in time (the server is gone or restarting)
-        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        log.warning("database unavailable on %s %s: %s", request.method, route_of(request.scope), type(exc).__name__)
         return _unavailable(request)
 
     @app.exception_handler(DBAPIError)
     async def _database(request: Request, exc: DBAPIError):
         if is_transient(exc):  # deadlock, serialization failure, lock timeout: rolled back, safe to retry
-            log.warning("transient database error on %s %s: %s", request.method, request.url.path,
+            log.warning("transient database error on %s %s: %s", request.method, route_of(request.scope),
                         type(exc.orig).__name__)
             return problem_response(503, "database-busy", "The database was busy; nothing was changed. Retry.",
                                     headers={"Retry-After": "1"}, instance=request.url.path)
         if is_unavailable(exc):  # the server went away or refuses connections: the request did not complete
-            log.warning("database unavailable on %s %s: %s", request.method, request.url.path,
+            log.warning("database unavailable on %s %s: %s", request.method, route_of(request.scope),
                         type(exc.orig).__name__)
             return _unavailable(request)
-        log.error("database error on %s %s", request.method, request.url.path, exc_info=exc)
+        log.error("database error on %s %s", request.method, route_of(request.scope), exc_info=exc)
         return problem_response(500, "internal-error", "The request failed; nothing was changed.",
                                 instance=request.url.path)
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception):
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        log.exception("unhandled error on %s %s", request.method, route_of(request.scope))
         return problem_response(500, "internal-error", "The request failed; nothing was changed.",
                                 instance=request.url.path)
 
@@ -240,7 +247,7 @@ class ErrorBoundary:
         try:
             await self.app(scope, receive, tracking_send)
         except Exception:  # noqa: BLE001 - the boundary
-            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            log.exception("unhandled error on %s %s", scope.get("method"), route_of(scope))
             if started:
                 raise
             response = problem_response(500, "internal-error", "The request failed; nothing was changed.",

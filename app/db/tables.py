@@ -33,11 +33,14 @@ class Tenant(Base):
     quota_models: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     quota_records: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    quota_audit_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # 0017 (issue 37, F5-A)
     # usage the quotas check, kept by every write in its own transaction (delta updates; app/services/quotas.py):
     # live models, records held (n_records - n_forgotten) and bytes_stored summed over the tenant's live models
     usage_models: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     usage_records: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     usage_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # what the tenant's forgets, deletions and checkpoints left for audit, never decreasing (app/services/audit_usage.py)
+    usage_audit_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class ApiKey(Base):
@@ -76,6 +79,10 @@ class Model(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # the bytes the model's data occupies (state, records held, retained examples; app/services/quotas.py)
     bytes_stored: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # records an exact restart discarded (the model keeps nothing of them) and not forgotten since, and the last
+    # step such a restart dropped: records held are n_records - n_forgotten - n_dropped (app/services/dropped.py)
+    n_dropped: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    dropped_through: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     __table_args__ = (Index("ix_models_tenant_created", "tenant_id", "created_at", "id"),)
 
 
@@ -169,11 +176,14 @@ class LedgerEntry(Base):
 
 
 class IdempotencyRecord(Base):
-    """A state-changing request made with an Idempotency-Key: its fingerprint and, once done, its answer."""
+    """A state-changing request made with an Idempotency-Key: its fingerprint and, once done, its answer.  Kept for
+    OLU_IDEMPOTENCY_RETENTION_SECONDS (app/services/idempotency.py)."""
 
     __tablename__ = "idempotency_keys"
     tenant_id: Mapped[str] = mapped_column(String(40), primary_key=True)
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    # HMAC-SHA256(tenant fingerprint key, SHA-256 of method, path, body) (0017: was the bare SHA-256); "" once a
+    # record the request carried was forgotten (the model's deletion too)
     request_hash: Mapped[str] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(12))  # in_progress | done
     status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -181,6 +191,12 @@ class IdempotencyRecord(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     # the fencing token of the request that holds the claim (a take-over draws a new one); completing checks it
     claim: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # an answered learn: its model and the steps of the records its body carried (forgetting one erases the hash)
+    model_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    first_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    last_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    __table_args__ = (Index("ix_idempotency_keys_model_steps", "model_id", "last_step"),
+                      Index("ix_idempotency_keys_created_at", "created_at"))
 
 
 class RetainedExample(Base):
@@ -238,10 +254,16 @@ class StreamEvent(Base):
     outcome: Mapped[str] = mapped_column(String(16))  # applied | dead_letter
     stream: Mapped[str] = mapped_column(String(255))
     seq: Mapped[int] = mapped_column(BigInteger)  # the stream sequence it was recorded from
-    body_sha256: Mapped[str] = mapped_column(String(64))  # a reused event id with another body is refused
+    # HMAC-SHA256(tenant fingerprint key, SHA-256 of the message) (0017: was the bare SHA-256; the column keeps its
+    # name): a reused event id with another body is refused; "" once a record the event carried was forgotten, and
+    # at once for an unlearn event that resent features
+    body_sha256: Mapped[str] = mapped_column(String(64))
     version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # model version after it (applied)
     result: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    first_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # an applied learn's records' steps
+    last_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    __table_args__ = (Index("ix_stream_events_model_steps", "model_id", "last_step"),)
 
 
 class StreamCursor(Base):

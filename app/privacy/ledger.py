@@ -188,6 +188,8 @@ def _check_positive(x: Any, name: str) -> float:
 # ----------------------------------------------------------------------------------------------------------
 class Accounting(ABC):
     accounting: ClassVar[str]
+    # whether the charges add up (a zCDP budget), or the ledger keeps only the current publication's guarantee
+    additive: ClassVar[bool] = True
     delta: float
     conversion: str
 

@@ -150,6 +150,7 @@ class PerUpdate(Accounting):
     then the conversion of rho at delta - delta_tail, so that the total is (epsilon, delta).  The perfect
     variant with ``rho`` therefore requires delta_tail > 0."""
     accounting = "per_update"
+    additive = False  # the guarantee of the current publication: charges are not added (receipts neither)
     VARIANTS = ("secret_state", "perfect")
 
     def __init__(self, delta: float, rho: float | None = None, epsilon: float | None = None,

@@ -23,7 +23,7 @@ from typing import Any
 from .keys import (PublicKeyEntry, b64decode_strict, b64encode, parse_utc, verify_with_public_keys)
 from .merkle import HASH_SIZE
 
-__all__ = ["receipt_proof", "checkpoint_body", "make_checkpoint", "verify_checkpoint", "checkpoint_problems",
+__all__ = ["receipt_proof", "proof_member", "checkpoint_body", "make_checkpoint", "verify_checkpoint", "checkpoint_problems",
            "checkpoint_note", "tenant_origin"]
 
 
@@ -108,7 +108,10 @@ def receipt_proof(log: Any, leaf_index: int, checkpoint: Mapping[str, Any]) -> d
     ``log`` is a :class:`app.receipts.merkle.MerkleLog`; the checkpoint must be for the same log and a size
     greater than ``leaf_index``.
     """
-    size = checkpoint["tree_size"]
-    return {"leaf_index": leaf_index, "tree_size": size,
-            "hashes": [b64encode(h) for h in log.inclusion_proof(leaf_index, size)],
+    return proof_member(leaf_index, log.inclusion_proof(leaf_index, checkpoint["tree_size"]), checkpoint)
+
+
+def proof_member(leaf_index: int, hashes: list[bytes], checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``proof`` member from an audit path already computed against ``checkpoint`` (leaf to root)."""
+    return {"leaf_index": leaf_index, "tree_size": checkpoint["tree_size"], "hashes": [b64encode(h) for h in hashes],
             "checkpoint": dict(checkpoint)}

@@ -6,7 +6,7 @@ from .common import (  # noqa: F401
     LossName, MAX_CLASSES, ClassName, _OmitNone, Strict)
 from .tenants import (  # noqa: F401
     TenantCreate, ModelErasedRef, TenantDeleted, TenantCreated, KeyCreate, KeyCreated, PublicKey, PublicKeys,
-    QuotaSet, QuotaNumbers, Usage, TenantView)
+    QuotaSet, QuotaNumbers, QuotaOverrides, Usage, TenantView)
 from .models import (  # noqa: F401
     Bounds, PrivacyTarget, FieldName, CategoryValue, FeatureValue, FeatureDict, FeatureSpec, ServedFeatureSpec,
     ModelCreate, Constants, LEDGER_DETAILS, LedgerSummary, Guarantee, Model, ModelList)

@@ -90,3 +90,5 @@ class ExportBundle(BaseModel):
         "Erasure receipts of deleted models (the model exported, or those that erased the record exported)."))
     checkpoint: SignedCheckpoint
     public_keys: list[PublicKey]
+    next_cursor: str | None = Field(None, description=(
+        "With limit: the cursor of the next page (the same bundle, the same checkpoint); null on the last page."))

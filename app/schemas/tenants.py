@@ -52,12 +52,24 @@ class QuotaSet(Strict):
     bytes: json_int(ge=0, le=MAX_QUOTA) | None = Field(None, description=(
         "Bytes stored (states, records, retained examples, estimated from the byte lengths written); 0: no limit; "
         "null or absent: OLU_TENANT_MAX_BYTES."))
+    audit_bytes: json_int(ge=0, le=MAX_QUOTA) | None = Field(None, description=(
+        "Bytes of the audit trail (receipts, log, forgotten and erased records' commitments, ledger entries, "
+        "checkpoints, deleted models' rows), which nothing frees: once used up, learns and model creations are "
+        "refused, never forgets or deletions; 0: no limit; null or absent: OLU_TENANT_MAX_AUDIT_BYTES."))
 
 
 class QuotaNumbers(BaseModel):
+    models: int
+    records: int
+    bytes: int
+    audit_bytes: int
+
+
+class QuotaOverrides(BaseModel):
     models: int | None
     records: int | None
     bytes: int | None
+    audit_bytes: int | None
 
 
 class Usage(BaseModel):
@@ -66,6 +78,9 @@ class Usage(BaseModel):
     bytes: int = Field(description="Bytes stored by the live models: sealed states, per record held its index "
                                    "entry (and example MAC), and the sealed retained examples with their wrapped "
                                    "keys, from the byte lengths written (database overhead not counted).")
+    audit_bytes: int = Field(description="Bytes of the audit trail the tenant's forgets, model deletions and "
+                                         "checkpoints left (receipts, log nodes, commitments, ledger entries, deleted "
+                                         "models' rows), from the byte lengths written; it only grows.")
 
 
 class TenantView(BaseModel):
@@ -75,9 +90,9 @@ class TenantView(BaseModel):
     name: str
     created_at: UtcDatetime
     deleted_at: UtcDatetime | None = None
-    quotas: QuotaNumbers = Field(description="The quotas in force (null: no limit).")
-    quota_overrides: QuotaNumbers = Field(description="The tenant's own quotas set by the admin (null: the "
-                                                      "deployment's default applies).")
+    quotas: QuotaNumbers = Field(description="The quotas in force (0: no limit, as everywhere quotas are given).")
+    quota_overrides: QuotaOverrides = Field(description="The tenant's own quotas set by the admin (0: no limit; "
+                                                        "null: the deployment's default applies).")
     usage: Usage
 
 

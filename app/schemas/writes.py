@@ -1,7 +1,7 @@
 """Learn, unlearn and predict: requests and answers.  Field names are part of the contract (API.md)."""
 from __future__ import annotations
 
-from typing import Annotated
+from typing import ClassVar, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -71,6 +71,8 @@ class LearnResponse(_OmitNone):
 
 
 class UnlearnRequest(Strict):
+    # what an Idempotency-Key's fingerprint leaves out (app/api/idempotent.py): resent features are never kept
+    UNFINGERPRINTED: ClassVar[set[str]] = {"examples"}
     ids: list[RecordId] = Field(min_length=1, json_schema_extra=UNIQUE)
     examples: list[Example] | None = Field(
         None, description="The forgotten records' features and labels, for models that keep no data but need them "

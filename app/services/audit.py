@@ -6,16 +6,36 @@ A service of its own over the shared ``ModelCore`` (app/services/model_core.py);
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from sqlalchemy import select
 
+from ..db.merkle_store import SqlNodeStore
 from ..db.tables import LedgerEntry, Model, Receipt, Record
 from ..errors import Problem
+from ..receipts.checkpoint import proof_member
+from ..receipts.merkle import MerkleLog
 from .ledger import ledger_view
 from .receipts import ERASURE
 from .records import commitment, commitment_digests, lookup_key
 from .model_core import (ERASED, UseCase)
+
+
+EXPORT_PAGE = 500  # receipts per export page when the request names no limit (GET /v1/audit/export)
+EXPORT_MAX_PAGE = 5000
+EXPORT_CURSOR = r"^([0-9]{1,18})\.([0-9]{1,18})$"
+_EXPORT_CURSOR = re.compile(EXPORT_CURSOR)
+
+
+def _parse_export_cursor(cursor: str | None) -> tuple[int | None, int]:
+    """(tree size the bundle is pinned to, first log index of the page) of an export cursor "<size>.<index>"."""
+    if not cursor:
+        return None, 0
+    m = _EXPORT_CURSOR.fullmatch(cursor)
+    if m is None:
+        raise Problem(422, "validation-error", "cursor must be a value returned as next_cursor.")
+    return int(m[1]), int(m[2])
 
 
 class AuditQueries(UseCase):
@@ -74,49 +94,81 @@ class AuditQueries(UseCase):
         with self.db.write() as s:
             return self.issuer.consistency(s, tenant_id, from_size, to_size)
 
-    def export(self, tenant_id: str, record_id: str | None, model_id: str | None) -> dict[str, Any]:
-        """Receipts with inclusion proofs against one checkpoint, plus the public keys; and the erasure receipts
-        of deleted models (of this model, or that erased this record), each with its inclusion proof and, in a
-        model's bundle, the sorted commitments of the records it erased (the verifier recomputes count and hash)."""
+    def export(self, tenant_id: str, record_id: str | None, model_id: str | None, cursor: str | None = None,
+               limit: int = EXPORT_PAGE) -> dict[str, Any]:
+        """One page of an offline-verifiable bundle: at most ``limit`` receipts in log order, each with its inclusion
+        proof against one signed checkpoint, the public keys, and ``next_cursor`` (None on the last page).
+
+        The first page (no ``cursor``) pins the checkpoint of the log's current size; its cursor carries that size,
+        so every later page proves against the same checkpoint and the pages together are the bundle of the log at
+        that size (receipts appended since are not in it).  A page reads its receipts with one range scan of an
+        index ((model_id, log_index), or the record's commitment) and their proofs' nodes in one batch: its cost is
+        linear in what it returns, whatever the log's size (issue 37, F5-H).  The erasure receipts of deleted models
+        (of this model, or that erased this record), each with its proof and, in a model's bundle, the sorted
+        commitments of the records it erased, come with the first page."""
         if (record_id is None) == (model_id is None):
             raise Problem(422, "validation-error", "Give exactly one of record_id or model_id.")
-        with self.db.write() as s:
+        size, start = _parse_export_cursor(cursor)
+        with self.db.write() as s:  # the first page may sign the checkpoint of the current size
             q = select(Receipt).where(Receipt.tenant_id == tenant_id, Receipt.kind != ERASURE)
             if record_id is not None:
-                key = self._record_key(s, tenant_id)
-                c = commitment(key, record_id)
+                c = commitment(self._record_key(s, tenant_id), record_id)
                 q = q.where(Receipt.record_commitment == c)
-                erased = list(s.scalars(select(Record.receipt_id).where(
-                    Record.lookup == lookup_key(c), Record.tenant_id == tenant_id, Record.commitment == c,
-                    Record.status == ERASED)))
-                eq = select(Receipt).where(Receipt.tenant_id == tenant_id, Receipt.kind == ERASURE,
-                                           Receipt.id.in_(erased or [""]))
             else:
                 self._row(s, tenant_id, model_id, include_deleted=True)
                 q = q.where(Receipt.model_id == model_id)
-                eq = select(Receipt).where(Receipt.tenant_id == tenant_id, Receipt.kind == ERASURE,
-                                           Receipt.model_id == model_id)
-            rows = list(s.scalars(q.order_by(Receipt.log_index)))
-            erasure_rows = list(s.scalars(eq.order_by(Receipt.log_index)))
-            if record_id is not None and not rows and not erasure_rows:
+            if size is None:
+                cp = self.issuer.checkpoint(s, tenant_id)
+                size = int(cp["tree_size"])
+            else:  # the checkpoint the first page pinned (signed then; any size of the log can be signed, as
+                # consistency proofs do: once per size, counted in the audit trail)
+                log_size = self.issuer.log_size(s, tenant_id)
+                if size > log_size:
+                    raise Problem(422, "log-size-exceeded", f"The cursor names log size {size}; the tenant's log "
+                                  f"has {log_size} receipts.", log_size=log_size)
+                cp = self.issuer.checkpoint(s, tenant_id, size)
+            rows = list(s.scalars(q.where(Receipt.log_index >= start, Receipt.log_index < size)
+                                  .order_by(Receipt.log_index).limit(limit + 1)))
+            more = len(rows) > limit
+            rows = rows[:limit]
+            erasures = self._erasures(s, tenant_id, record_id, model_id, size, cp) if cursor is None else []
+            if cursor is None and record_id is not None and not rows and not erasures:
                 raise Problem(404, "record-not-found", "No receipt of this tenant concerns this record.")
-            cp = self.issuer.checkpoint(s, tenant_id)
+            log = MerkleLog(SqlNodeStore(s, tenant_id))
             receipts = []
-            for r in rows:
+            for r, path in zip(rows, log.inclusion_proofs([r.log_index for r in rows], size)):
                 body = json.loads(r.body)
-                body["proof"] = self.issuer.proof_at(s, tenant_id, r.log_index, cp)
+                body["proof"] = proof_member(r.log_index, path, cp)
                 receipts.append(body)
-            erasures = []
-            for r in erasure_rows:
-                body = json.loads(r.body)
-                body["proof"] = self.issuer.proof_at(s, tenant_id, r.log_index, cp)
-                commits = None
-                if model_id is not None:
-                    commits = sorted(s.scalars(select(Record.commitment).where(
-                        Record.model_id == r.model_id, Record.receipt_id == r.id, Record.status == ERASED)))
-                erasures.append({"receipt": body, "commitments": commits})
         return {"receipts": receipts, "erasures": erasures, "checkpoint": cp,
-                "public_keys": self.issuer.keyring.public_keys()}
+                "public_keys": self.issuer.keyring.public_keys(),
+                "next_cursor": f"{size}.{rows[-1].log_index + 1}" if more else None}
+
+    def _erasures(self, s, tenant_id: str, record_id: str | None, model_id: str | None, size: int,
+                  cp: dict[str, Any]) -> list[dict[str, Any]]:
+        """The erasure receipts of a bundle's first page, with their proofs (and a model's erased commitments)."""
+        if record_id is not None:
+            c = commitment(self._record_key(s, tenant_id), record_id)
+            erased = list(s.scalars(select(Record.receipt_id).where(
+                Record.lookup == lookup_key(c), Record.tenant_id == tenant_id, Record.commitment == c,
+                Record.status == ERASED)))
+            eq = select(Receipt).where(Receipt.tenant_id == tenant_id, Receipt.kind == ERASURE,
+                                       Receipt.id.in_(erased or [""]))
+        else:
+            eq = select(Receipt).where(Receipt.tenant_id == tenant_id, Receipt.kind == ERASURE,
+                                       Receipt.model_id == model_id)
+        rows = list(s.scalars(eq.where(Receipt.log_index < size).order_by(Receipt.log_index)))
+        log = MerkleLog(SqlNodeStore(s, tenant_id))
+        out = []
+        for r, path in zip(rows, log.inclusion_proofs([r.log_index for r in rows], size)):
+            body = json.loads(r.body)
+            body["proof"] = proof_member(r.log_index, path, cp)
+            commits = None
+            if model_id is not None:
+                commits = sorted(s.scalars(select(Record.commitment).where(
+                    Record.model_id == r.model_id, Record.receipt_id == r.id, Record.status == ERASED)))
+            out.append({"receipt": body, "commitments": commits})
+        return out
 
     def record_status(self, tenant_id: str, record_id: str) -> dict[str, Any]:
         with self.db.read() as s:

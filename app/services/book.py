@@ -44,6 +44,20 @@ def record(book: Book | None, certs: Sequence[Certificate]) -> Book | None:
     return {"params": book["params"], "state": state.as_dict()}
 
 
+def after_each(book: Book | None, certs: Sequence[Certificate]) -> list[dict[str, Any]] | None:
+    """The ledger's summary (rho_spent, epsilon, delta, conversion, capacity_left) after each certificate of a
+    request, as ``record`` takes them one by one: what each receipt's ``ledger_after`` states (issue 37 item 7: a
+    per_update ledger -- the group allocation's windows -- keeps the current window's bound and adds nothing, so the
+    receipts must not add either).  None for a model without a book."""
+    if book is None:
+        return None
+    out = []
+    for cert in certs:
+        book = record(book, [cert])
+        out.append(summary(book))
+    return out
+
+
 def new_epoch(book: Book | None) -> Book | None:
     if book is None:
         return None

@@ -19,6 +19,8 @@ from ..unlearning.mechanism.calibration import require_finite_array
 from ..unlearning import (ArrayRetained, CapacityExhausted, ForgetError, InputError, NotDeletable, validate_examples)
 from ..db.retained import SqlRetained
 from . import book
+from .dropped import count_dropped
+from .idempotency import erase_learned
 from .receipts import is_restart
 from .records import example_mac
 from .model_core import (UseCase, _INSERT_FORGOTTEN, _ModelRow, _Rec, _forgotten, class_indices, feature_problem, numeric_guard)
@@ -118,6 +120,8 @@ class Forgetting(UseCase):
                      "learned_at": rec.learned_at, "forgotten_at": now, "receipt_id": receipt["id"],
                      "example_mac": None} for rec, receipt in zip(records, receipts)])
                 self.records.erase_macs(conn, [rec.found for rec in records])
+                erase_learned(conn, tenant_id, model_id, [rec.step for rec in records])  # journals (idempotency.py)
+                count_dropped(conn, row, engine, [rec.step for rec in records])  # a restart's records (dropped.py)
                 charge = engine.creation_charge()  # private from the start: a restarted epoch is charged afresh
                 entries = []
                 for r, c in zip(receipts, certs):

@@ -18,6 +18,7 @@ from ..ids import new_id, utcnow
 from ..registry import (build_spec, request_budget, published_bytes, spec_to_json)
 from ..unlearning import (SpecError)
 from ..db.retained import SqlRetained
+from .idempotency import erase_model
 from .quotas import bump
 from . import book
 from ..receipts.canonical import erased_records_sha256
@@ -149,6 +150,7 @@ class ModelLifecycle(UseCase):
         s.execute(delete(Record).where(Record.model_id == model_id))
         s.execute(delete(RecordBatch).where(RecordBatch.model_id == model_id))
         SqlRetained(s, model_id, 0).erase_all()
+        erase_model(conn, row.tenant_id, model_id)  # the fingerprints of its learns in the journals (idempotency.py)
         lookups = lookups_of(b"".join(packed)).tolist() if packed else []
         _insert_erased(conn, [(row.tenant_id, model_id, c.hex(), k, t, ERASED, at, now, receipt["id"])
                               for c, k, t, at in zip(packed, lookups, steps, learned)])
@@ -156,7 +158,8 @@ class ModelLifecycle(UseCase):
             {"model_id": model_id, "epoch": row.epoch, "receipt_id": receipt["id"], "kind": "erasure",
              "step": row.step, "sigma": 0.0, "rho": 0.0, "created_at": now}])
         # the model leaves the tenant's usage: one live model, its records held and its bytes (quotas.py)
-        bump(s, row.tenant_id, models=-1, records=-(row.n_records - row.n_forgotten), stored=-(row.bytes_stored or 0))
+        bump(s, row.tenant_id, models=-1, records=-(row.n_records - row.n_forgotten - (row.n_dropped or 0)),
+             stored=-(row.bytes_stored or 0))
         row.status, row.published, row.deleted_at, row.updated_at = "deleted", None, now, now
         row.version += 1
         s.flush()

@@ -199,7 +199,7 @@ _PREDICT_COLUMNS = select(_MODELS.c.version, _MODELS.c.spec_json, _MODELS.c.publ
     _MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"), _MODELS.c.status != "deleted")
 # what the write paths read of the model row (the columns they only write, and the view's, are not fetched)
 _WRITE_PATH_COLUMNS = ("id", "tenant_id", "algorithm", "spec_json", "status", "step", "n_records", "n_forgotten",
-                       "version", "epoch", "rho_spent", "ledger_json", "bytes_stored")
+                       "version", "epoch", "rho_spent", "ledger_json", "bytes_stored", "n_dropped", "dropped_through")
 _SELECT_MODEL = select(*(_MODELS.c[c] for c in _WRITE_PATH_COLUMNS)).where(
     _MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"), _MODELS.c.status != "deleted")
 _SELECT_VERSION = select(_MODELS.c.version, _MODELS.c.status).where(_MODELS.c.id == bindparam("mid"))
@@ -222,8 +222,8 @@ class _ModelRow:
         object.__setattr__(self, "_usage", self._held())
 
     def _held(self) -> tuple[int, int]:
-        v = self._values
-        return int(v["n_records"]) - int(v["n_forgotten"]), int(v["bytes_stored"] or 0)
+        v = self._values  # records held: learned, neither forgotten nor dropped by a restart (dropped.py)
+        return int(v["n_records"]) - int(v["n_forgotten"]) - int(v["n_dropped"] or 0), int(v["bytes_stored"] or 0)
 
     def __getattr__(self, name: str):
         try:

@@ -15,6 +15,13 @@ example (nonce 12 + 8 (dim + 1) + tag 16 bytes) and its wrapped data key.  Not c
 and index overhead, and what is kept for audit after a forget or an erasure (receipts, the log, the forgotten
 records' commitments), which a quota must not refuse to write.
 
+The audit trail (issue 37, F5-A) has a quota of its own, ``audit_bytes`` (``quota_audit_bytes``, default
+``OLU_TENANT_MAX_AUDIT_BYTES``): what the tenant's forgets, model deletions and checkpoints left for audit
+(``usage_audit_bytes``, kept by app/services/audit_usage.py).  Nothing frees it (the log is append-only) and it never
+refuses a forget or a deletion; once it is spent, every request that would let the trail grow further -- a learn
+(its records will be forgotten or erased one day) and a model creation -- is refused.  So the trail passes the quota
+by at most what the records held then leave when they are forgotten or erased.
+
 A model creation past the models (or bytes) quota, and a learn past the records or bytes quota, answer 409
 ``quota-exceeded`` naming the quota, its limit and the usage, and change nothing: the learn is checked before it
 computes, and again in its write transaction under the tenant's row lock (so concurrent writes of one tenant cannot
@@ -30,15 +37,18 @@ from sqlalchemy import bindparam, select, update
 from ..db.tables import Tenant
 from ..errors import Problem
 
-QUOTAS = ("models", "records", "bytes")
+QUOTAS = ("models", "records", "bytes", "audit_bytes")
+GROWING = ("models", "records")  # a request adding these is refused while the audit allowance is spent
 _T = Tenant.__table__
-_USAGE = select(_T.c.usage_models, _T.c.usage_records, _T.c.usage_bytes).where(_T.c.id == bindparam("tid"))
+_USAGE = select(_T.c.usage_models, _T.c.usage_records, _T.c.usage_bytes, _T.c.usage_audit_bytes).where(
+    _T.c.id == bindparam("tid"))
 # delta update in the writer's transaction: on PostgreSQL it takes the tenant's row lock (after the model's, the
 # order every write takes them in) and adds to what concurrent writers committed, so no delta is lost
 _BUMP = update(_T).where(_T.c.id == bindparam("tid")).values(
     usage_models=_T.c.usage_models + bindparam("dm"), usage_records=_T.c.usage_records + bindparam("dr"),
     usage_bytes=_T.c.usage_bytes + bindparam("db"))
-_QUOTAS = select(_T.c.quota_models, _T.c.quota_records, _T.c.quota_bytes).where(_T.c.id == bindparam("tid"))
+_QUOTAS = select(_T.c.quota_models, _T.c.quota_records, _T.c.quota_bytes, _T.c.quota_audit_bytes).where(
+    _T.c.id == bindparam("tid"))
 _LOCK_TENANT = select(_T.c.id).where(_T.c.id == bindparam("tid")).with_for_update()
 INDEX_BYTES = 32 + 8  # commitment and step of a record in the record index
 MAC_BYTES = 32
@@ -71,12 +81,13 @@ class Quotas:
         self.db = db
         self.defaults = {"models": int(getattr(settings, "tenant_max_models", 0) or 0),
                          "records": int(getattr(settings, "tenant_max_records", 0) or 0),
-                         "bytes": int(getattr(settings, "tenant_max_bytes", 0) or 0)}
+                         "bytes": int(getattr(settings, "tenant_max_bytes", 0) or 0),
+                         "audit_bytes": int(getattr(settings, "tenant_max_audit_bytes", 0) or 0)}
 
     def limits(self, s, tenant_id: str) -> dict[str, int | None]:
-        """The tenant's effective quotas (None: no limit)."""
+        """The tenant's effective quotas (None: no limit; shown as 0 by ``view``)."""
         row = s.connection().execute(_QUOTAS, {"tid": tenant_id}).first()
-        own = (None, None, None) if row is None else tuple(row)
+        own = (None,) * len(QUOTAS) if row is None else tuple(row)
         out: dict[str, int | None] = {}
         for name, value in zip(QUOTAS, own):
             v = self.defaults[name] if value is None else int(value)
@@ -85,13 +96,12 @@ class Quotas:
 
     def overrides(self, s, tenant_id: str) -> dict[str, int | None]:
         row = s.connection().execute(_QUOTAS, {"tid": tenant_id}).first()
-        return dict(zip(QUOTAS, (None, None, None) if row is None else tuple(row)))
+        return dict(zip(QUOTAS, (None,) * len(QUOTAS) if row is None else tuple(row)))
 
     @staticmethod
     def usage(s, tenant_id: str) -> dict[str, int]:
         row = s.connection().execute(_USAGE, {"tid": tenant_id}).first()
-        n, records, stored = (0, 0, 0) if row is None else row
-        return {"models": int(n), "records": int(records), "bytes": int(stored)}
+        return dict(zip(QUOTAS, (0,) * len(QUOTAS) if row is None else (int(v) for v in row)))
 
     def usage_locked(self, s, tenant_id: str) -> dict[str, int]:
         """The usage read under the tenant's row lock (PostgreSQL; SQLite's write transaction holds the database's
@@ -113,22 +123,30 @@ class Quotas:
 
     def check(self, s, tenant_id: str, adding: dict[str, int], usage: dict[str, int] | None = None,
               limits: dict[str, int | None] | None = None) -> None:
-        """409 quota-exceeded when ``usage`` (default: read now) plus ``adding`` passes a quota."""
+        """409 quota-exceeded when ``usage`` (default: read now) plus ``adding`` passes a quota, or when ``adding``
+        grows the tenant (``GROWING``: a learn, a creation) while its audit allowance is spent."""
         limits = self.limits(s, tenant_id) if limits is None else limits
+        if any(k in GROWING for k in adding):
+            adding = {**adding, "audit_bytes": 0}
         if not any(limits[k] is not None for k in adding):
             return
         used = self.usage(s, tenant_id) if usage is None else usage
         for name, more in adding.items():
             limit = limits[name]
-            if limit is not None and used[name] + more > limit:
+            if name == "audit_bytes":
+                if limit is not None and used[name] >= limit:
+                    raise audit_problem(limit, used[name])
+            elif limit is not None and used[name] + more > limit:
                 raise quota_problem(name, limit, used[name], more)
 
     def view(self, s, tenant_id: str) -> dict[str, Any]:
-        return {"quotas": self.limits(s, tenant_id), "quota_overrides": self.overrides(s, tenant_id),
-                "usage": self.usage(s, tenant_id)}
+        """The quotas in force (0: no limit), the tenant's own settings (None: the deployment's default) and the
+        usage: one spelling each (issue 37 item 8: ``null`` meant "no limit" in one and "default" in the other)."""
+        return {"quotas": {k: v or 0 for k, v in self.limits(s, tenant_id).items()},
+                "quota_overrides": self.overrides(s, tenant_id), "usage": self.usage(s, tenant_id)}
 
 
-_WHAT = {"models": "live models", "records": "records held (learned and not forgotten)",
+_WHAT = {"models": "live models", "records": "records held (learned and not forgotten, nor dropped by a restart)",
          "bytes": "bytes stored (estimated from the byte lengths of its states, records and retained examples)"}
 
 
@@ -137,3 +155,13 @@ def quota_problem(name: str, limit: int, usage: int, requested: int) -> Problem:
                    f"This tenant's quota of {_WHAT[name]} is {limit}; it uses {usage} and this request needs "
                    f"{requested} more. Nothing was changed: forget records or delete models, or ask the "
                    "administrator to raise the quota.", quota=name, limit=limit, usage=usage, requested=requested)
+
+
+def audit_problem(limit: int, usage: int) -> Problem:
+    return Problem(409, "quota-exceeded",
+                   f"This tenant's audit allowance (quota audit_bytes: the receipts, log entries and commitments its "
+                   f"forgets and model deletions leave for audit) is {limit} bytes and {usage} are used, so no new "
+                   "records or models are accepted. Nothing was changed. Forgets and deletions are still answered; "
+                   "the audit trail is never deleted, so only the administrator can make room, by raising the quota "
+                   "(PUT /v1/tenants/{id}/quotas, audit_bytes).", quota="audit_bytes", limit=limit, usage=usage,
+                   requested=0)

@@ -18,7 +18,8 @@ from ..receipts.checkpoint import make_checkpoint, receipt_proof, tenant_origin
 from ..receipts.merkle import MerkleLog
 from ..unlearning import Certificate, Unlearner
 from ..unlearning.mechanism.release import MECHANISM, ROUNDING
-from .ledger import CONVERSION, epsilon_spent
+from . import audit_usage
+from .receipt_figures import receipt_figures
 
 
 def guarantee_of(engine: Unlearner) -> dict[str, str]:
@@ -86,22 +87,18 @@ class ReceiptIssuer:
         first = self.allocate(s, row.tenant_id, len(certs))
         guarantee = guarantee_of(engine)
         epoch = row.epoch
-        rho_cum = row.rho_spent
-        cap_final = ledger.get("capacity_left")
+        figures = receipt_figures(row, engine, certs, ledger, delta)  # as the ledger states them (item 7)
         signer = self.keyring.active
         store = SqlNodeStore(s, row.tenant_id)
         log = MerkleLog(store)
         out, rows = [], []
-        # zCDP charges add up (omega-series, capacity); per-update guarantees do not compose, so their receipts
-        # carry the ledger's own figure for the current publication
-        additive = engine.accounting_params() is not None
         counts = engine.publishes_counts(engine.spec)  # else steps and deletion indices are withheld (null)
+        audit = 0  # the bytes these forgets leave for audit (audit_usage.py), nodes added after the flush
+        entries = 1 + (engine.creation_charge() is not None)  # ledger entries of a restart (its new creation charge)
         for j, (rec, cert) in enumerate(zip(records, certs)):
             if is_restart(cert):
-                epoch, rho_cum = epoch + 1, 0.0
-            rho_cum = rho_cum + cert.rho if additive else float(ledger.get("rho_spent") or 0.0)
-            eps = epsilon_spent({"rho_spent": rho_cum}, delta) if "epsilon" not in ledger else float(ledger["epsilon"])
-            cap = None if cap_final is None else int(cap_final) + (len(certs) - 1 - j)
+                epoch += 1
+            stated, after = figures[j]
             body: dict[str, Any] = {
                 "id": new_id("rcp"), "tenant_id": row.tenant_id, "model_id": row.id,
                 "record_commitment": rec.commitment, "learned_step": cert.learned_step if counts else None,
@@ -109,21 +106,23 @@ class ReceiptIssuer:
                 "deletion_index": cert.deletion_index if counts else None, "epoch": epoch,
                 "algorithm": row.algorithm,
                 "mechanism": mechanism_fields(cert),
-                "guarantee": {"definition": guarantee["definition"], "alpha": None, "epsilon": eps, "delta": delta,
-                              "conversion": ledger.get("conversion", CONVERSION), "statement": guarantee["statement"]},
-                "ledger_after": {"rho_spent": rho_cum, "epsilon": eps, "delta": delta, "capacity_left": cap},
+                "guarantee": {"definition": guarantee["definition"], "alpha": None, **stated,
+                              "statement": guarantee["statement"]},
+                "ledger_after": after,
                 "published_parameters_sha256": params_hash, "model_version": version, "issued_at": iso(now),
                 "log_index": first + j, "key_id": signer.key_id,
             }
             # the signature covers the body; the leaf is the signed body (a receipt has no proof when issued)
             body["signature"], leaf = signed_receipt_bytes(body, signer.sign)
             log.append(leaf, first + j)  # RFC 6962 leaf: the signed receipt
+            audit += audit_usage.forget_bytes(leaf, 0, entries if is_restart(cert) else 1)
             out.append(body)
             rows.append({"id": body["id"], "tenant_id": row.tenant_id, "model_id": row.id,
                          "log_index": first + j, "record_commitment": rec.commitment,
                          "body": leaf, "issued_at": now})
-        store.flush()
+        audit += store.flush() * audit_usage.NODE_ROW
         s.connection().execute(insert(Receipt.__table__), rows)
+        audit_usage.add(s, row.tenant_id, audit)
         return out
 
     def issue_erasure(self, s, row, n_erased: int, records_sha256: str, now) -> dict[str, Any]:
@@ -147,7 +146,7 @@ class ReceiptIssuer:
         body["signature"], leaf = signed_receipt_bytes(body, signer.sign)
         store = SqlNodeStore(s, row.tenant_id)
         MerkleLog(store).append(leaf, index)
-        store.flush()
+        audit_usage.add(s, row.tenant_id, audit_usage.erasure_bytes(leaf, store.flush(), n_erased, row))
         s.connection().execute(insert(Receipt.__table__), [{
             "id": body["id"], "tenant_id": row.tenant_id, "model_id": row.id, "log_index": index,
             "record_commitment": records_sha256, "body": leaf, "issued_at": now, "kind": ERASURE}])
@@ -167,9 +166,11 @@ class ReceiptIssuer:
         root = MerkleLog(SqlNodeStore(s, tenant_id)).root(size)
         cp = make_checkpoint(tenant_origin(tenant_id), size, root, iso(utcnow()), self.keyring)
         # concurrent readers may sign the same size at once: keep whichever was stored first
+        body = json.dumps(cp)
         stmt = (pg_insert if s.bind.dialect.name == "postgresql" else sqlite_insert)(Checkpoint).values(
-            tenant_id=tenant_id, tree_size=size, body=json.dumps(cp), created_at=utcnow()).on_conflict_do_nothing()
-        s.execute(stmt)
+            tenant_id=tenant_id, tree_size=size, body=body, created_at=utcnow()).on_conflict_do_nothing()
+        if s.execute(stmt).rowcount == 1:  # signed here: kept for audit like the receipts (audit_usage.py)
+            audit_usage.add(s, tenant_id, audit_usage.checkpoint_bytes(body))
         stored = s.get(Checkpoint, (tenant_id, size), populate_existing=True)
         return json.loads(stored.body) if stored is not None else cp
 

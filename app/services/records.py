@@ -56,3 +56,16 @@ def commitment_digests(record_key: bytes, record_ids: list[str]) -> list[bytes]:
         o.update(h.digest())
         out.append(o.digest())
     return out
+
+
+def fingerprint_key(record_key: bytes) -> bytes:
+    """The tenant's key for request fingerprints (idempotency journal, stream events), derived from its record key
+    with its own label, so a fingerprint never equals a commitment."""
+    return hmac.new(record_key, b"olu:request-fingerprint", hashlib.sha256).digest()
+
+
+def keyed_fingerprint(fp_key: bytes, digest: bytes) -> str:
+    """HMAC-SHA256(fingerprint key, SHA-256 of the request): what the journal stores of a request.  The SHA-256
+    never leaves memory; without the key a database reader cannot test a guessed body against the stored value
+    (issue 37, F5-C), and a stored unkeyed digest (before migration 0017) converts to this form in place."""
+    return hmac.new(fp_key, digest, hashlib.sha256).hexdigest()

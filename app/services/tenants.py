@@ -176,14 +176,14 @@ class TenantService:
                     "deleted_at": tenant.deleted_at, **quotas.view(s, tenant_id)}
 
     def set_quotas(self, tenant_id: str, values: dict, quotas) -> dict:
-        """Set the tenant's own quotas (None: the deployment's default).  Lowering one below the usage refuses no
+        """Set the tenant's own quotas (None: the deployment's default; 0: no limit).  Lowering one below the usage refuses no
         existing data: the next model creation or learn past it is refused."""
         with self.db.write() as s:
             tenant = s.get(Tenant, tenant_id)
             if tenant is None or tenant.deleted_at is not None:
                 raise Problem(404, "tenant-not-found", f"No tenant {tenant_id}.")
             tenant.quota_models, tenant.quota_records = values.get("models"), values.get("records")
-            tenant.quota_bytes = values.get("bytes")
+            tenant.quota_bytes, tenant.quota_audit_bytes = values.get("bytes"), values.get("audit_bytes")
         return self.view(tenant_id, quotas)
 
     def record_key(self, s, tenant_id: str) -> bytes:

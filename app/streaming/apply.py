@@ -36,6 +36,8 @@ from ..db.tables import StreamCursor, StreamEvent
 from ..errors import Problem
 from ..ids import utcnow
 from ..schemas import UnlearnResponse
+from ..services.idempotency import ERASED
+from ..services.records import fingerprint_key, keyed_fingerprint
 from .events import Event, problem_body
 
 log = logging.getLogger("olu.stream")
@@ -86,6 +88,17 @@ class Applier:
         self.db, self.models, self.tenants = db, models, tenants
         self.tenant_id, self.worker_key, self.max_batch = tenant_id, worker_key, max_batch
         self.results_subject, self.dead_letter_subject = results_subject, dead_letter_subject
+        self._fp_key: bytes | None = None
+
+    def _key_events(self, events: list[Event]) -> None:
+        """Replace each event's SHA-256 by its keyed fingerprint (the only form compared and stored)."""
+        if self._fp_key is None:
+            with self.db.read() as s:
+                self._fp_key = fingerprint_key(self.tenants.record_key(s, self.tenant_id))
+        for ev in events:
+            if not ev.keyed:
+                ev.body_sha256 = keyed_fingerprint(self._fp_key, bytes.fromhex(ev.body_sha256))
+                ev.keyed = True
 
     # ---- reads ---------------------------------------------------------------------------------------------
     def cursor(self, stream: str, subject: str) -> int | None:
@@ -157,16 +170,22 @@ class Applier:
             if r.rowcount != 1:
                 raise CursorMoved(ev.subject)
 
-    def _row(self, ev: Event, outcome: str, result: bytes, version: int | None, now) -> dict[str, Any]:
+    def _row(self, ev: Event, outcome: str, result: bytes, version: int | None, now,
+             steps: tuple[int, int] | None = None, fingerprint: str | None = None) -> dict[str, Any]:
+        """A stream_events row: ``steps`` (first, last) of an applied learn's records, so that forgetting one of them
+        erases the fingerprint (services/idempotency.erase_learned); ``fingerprint`` overrides the event's."""
         return {"tenant_id": self.tenant_id, "event_id": ev.event_id, "model_id": ev.model_id[:255],
                 "kind": ev.kind, "outcome": outcome, "stream": ev.stream, "seq": ev.seq,
-                "body_sha256": ev.body_sha256, "version": version, "result": result, "created_at": now}
+                "body_sha256": ev.body_sha256 if fingerprint is None else fingerprint, "version": version,
+                "result": result, "created_at": now, "first_step": None if steps is None else steps[0],
+                "last_step": None if steps is None else steps[1]}
 
     def _record_dead(self, ev: Event, problem: dict[str, Any], cursor: int | None) -> Outcome:
         payload = self._dead_payload(ev, problem)
+        stored = self._dead_payload(ev, redact_records(problem, _record_ids(ev)))
         with self.db.write() as s:
             conn = s.connection()
-            conn.execute(insert(_EVENTS), [self._row(ev, "dead_letter", payload, None, utcnow())])
+            conn.execute(insert(_EVENTS), [self._row(ev, "dead_letter", stored, None, utcnow())])
             self._advance(conn, ev, cursor, ev.seq)
         return Outcome(ev, "ack", "dead_letter", self._dead_publications(ev, payload), ev.kind,
                        problem["type"].rsplit("/", 1)[-1])
@@ -203,6 +222,7 @@ class Applier:
         Every event gets an Outcome; after a retryable failure the rest of the run is 'nak' (redelivered later,
         in order)."""
         out: list[Outcome] = []
+        self._key_events(events)
         known = self.recorded([ev.event_id for ev in events])
         i = 0
         while i < len(events):
@@ -210,7 +230,7 @@ class Applier:
             try:
                 if cursor is not None and ev.seq <= cursor:  # taken into account before: a redelivery
                     stored = known.get(ev.event_id)
-                    if stored is not None and stored[0] == ev.body_sha256:
+                    if stored is not None and stored[0] in (ev.body_sha256, ERASED):
                         out.append(self._replay(ev, stored[1], stored[2]))
                     else:
                         out.append(self._reused(ev))
@@ -220,7 +240,7 @@ class Applier:
                 if stored is not None:
                     self._skip(ev, cursor)
                     cursor = ev.seq
-                    out.append(self._replay(ev, stored[1], stored[2]) if stored[0] == ev.body_sha256
+                    out.append(self._replay(ev, stored[1], stored[2]) if stored[0] in (ev.body_sha256, ERASED)
                                else self._reused(ev))
                     i += 1
                     continue
@@ -324,6 +344,37 @@ class Applier:
         return Outcome(ev, "ack", "dead_letter", self._dead_publications(ev, payload), ev.kind, "event-id-reused")
 
 
+def _record_ids(ev: Event) -> list[str]:
+    body = ev.learn if ev.learn is not None else ev.unlearn
+    return list(getattr(body, "ids", None) or [])
+
+
+def redact_records(problem: Any, ids: list[str]) -> Any:
+    """``problem`` with every record id of the event replaced by ``<record i>`` (its place in the event), where it is
+    a whole value (``record_ids``) or quoted in a text (``Record 'alice' was already forgotten``): what a dead letter
+    keeps in stream_events (the problem published at the time names the ids; its stored copy, re-published on a
+    redelivery, does not: no record id is ever written)."""
+    if not ids:
+        return problem
+    place = {rid: f"<record {i}>" for i, rid in enumerate(ids)}
+
+    def walk(v):
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, str):
+            if v in place:
+                return place[v]
+            for rid in sorted(place, key=len, reverse=True):
+                if rid in v:
+                    v = v.replace(repr(rid), place[rid]).replace(f'"{rid}"', place[rid])
+            return v
+        return v
+
+    return walk(problem)
+
+
 def _num_delivered(ev: Event) -> int:
     try:
         return int(ev.msg.metadata.num_delivered)
@@ -347,7 +398,9 @@ class _Recorder:
             answer = orjson.loads(encode(UnlearnResponse, result))
             payload = orjson.dumps({"event_id": ev.event_id, "kind": "unlearn", "model_id": ev.model_id,
                                     "status": "applied", "stream_seq": ev.seq, **answer})
-            rows.append(a._row(ev, "applied", payload, result["version"], now))
+            # an unlearn that resent features keeps no function of them: its fingerprint is erased at once
+            resent = ev.unlearn is not None and bool(ev.unlearn.examples)
+            rows.append(a._row(ev, "applied", payload, result["version"], now, fingerprint=ERASED if resent else None))
             outcomes.append(Outcome(ev, "ack", "applied", [Publication(a._subject_for(ev), payload,
                                                                         a._headers(ev, "applied"))], "unlearn"))
         else:  # learn: a compact acknowledgement per event; the steps are consecutive (one per example)
@@ -358,8 +411,8 @@ class _Recorder:
                                         "status": "applied", "stream_seq": ev.seq, "accepted": n,
                                         "first_step": first, "last_step": first + n - 1,
                                         "version": result["version"]})
+                rows.append(a._row(ev, "applied", payload, result["version"], now, steps=(first, first + n - 1)))
                 first += n
-                rows.append(a._row(ev, "applied", payload, result["version"], now))
                 outcomes.append(Outcome(ev, "ack", "applied", [Publication(a._subject_for(ev), payload,
                                                                             a._headers(ev, "applied"))], "learn"))
             if first - 1 != int(result["last_step"]):

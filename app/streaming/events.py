@@ -67,6 +67,8 @@ class Event:
     subject: str
     model_id: str
     event_id: str
+    # SHA-256 of the message as decoded; the Applier replaces it by its keyed form (``keyed``) before any comparison
+    # or write: only HMAC-SHA256(tenant fingerprint key, this digest) is ever stored (issue 37, F5-C)
     body_sha256: str
     kind: str = "other"
     reply_to: str | None = None
@@ -75,6 +77,7 @@ class Event:
     unlearn: UnlearnRequest | None = None
     problem: dict[str, Any] | None = None  # set when the event is to be dead-lettered
     redelivered: bool = False
+    keyed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -146,7 +146,8 @@ function spent(m) {
   return parts;
 }
 
-// the tenant's quotas and what it uses of them (GET /v1/tenant): live models, records held, bytes stored
+// the tenant's quotas and what it uses of them (GET /v1/tenant): live models, records held, bytes stored, audit trail;
+// a quota of 0 is "no limit"
 function bytes(n) {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let k = 0;
@@ -156,11 +157,14 @@ function bytes(n) {
 }
 
 function usageCard(t) {
-  const rows = [['models', 'Models', String], ['records', 'Records held', String], ['bytes', 'Bytes stored', bytes]];
+  // audit_bytes: what forgets, deletions and checkpoints left for audit; it never shrinks, and once it reaches its
+  // quota learns and model creations are refused (never forgets)
+  const rows = [['models', 'Models', String], ['records', 'Records held', String], ['bytes', 'Bytes stored', bytes],
+    ['audit_bytes', 'Audit trail', bytes]];
   return h('div', { class: 'usage card', id: 'usage' }, h('h2', { text: 'Usage and quotas' }),
     h('div', { class: 'usage-rows' }, rows.map(([k, label, show]) => {
-      const used = t.usage[k];
-      const limit = t.quotas[k];
+      const used = t.usage[k] ?? 0;
+      const limit = t.quotas[k];  // 0: no limit
       const frac = limit ? Math.min(1, used / limit) : 0;
       const bar = h('span', { class: ['bar', frac > 0.9 ? 'high' : null] }, h('span', { class: 'fill' }));
       bar.firstChild.style.width = `${(100 * frac).toFixed(1)}%`;  // CSSOM, allowed by the style-src policy

@@ -236,6 +236,16 @@ class Unlearner(ABC):
         """The records this model keeps now (families that keep data; None for the others)."""
         return None
 
+    def dropped_through(self) -> int:
+        """The last step whose record no longer influences the state although nobody forgot it: an exact restart of
+        a model that keeps no data discards everything learned before it (the records stay in the service's record
+        index, and a later forget of one is an exact receipt).  0 when none.  A family that restarts keeps the last
+        step before its current epoch in ``epoch_start``; a model that keeps its data relearns what it holds at a
+        restart, so it drops nothing.  The service counts those records as no longer held (quotas, issue 37)."""
+        if self.needs_retained_data:
+            return 0
+        return int(getattr(self, "epoch_start", 0) or 0)
+
     def restart_steps(self, steps: np.ndarray) -> tuple[int, int] | None:
         """Of the steps a ``learn`` call just assigned, the (first, last) range whose forget will discard the
         whole learned state (an exact restart: receipts say so) rather than being certified by noise, known from
