@@ -8,6 +8,7 @@ Every operation in the OpenAPI document must appear in the table below (so a new
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -44,8 +45,12 @@ ENDPOINTS = [
     ("GET", "/v1/tenants/{tenant_id}", None, "admin"),
     ("PUT", "/v1/tenants/{tenant_id}/quotas", {"models": 1000}, "admin"),
     ("DELETE", "/v1/tenants/{tenant_id}", None, "admin"),
+    ("GET", "/v1/operations", None, None),
+    ("GET", "/v1/operations/{operation_id}", None, None),
+    ("GET", "/v1/operations/{operation_id}/receipts", None, "write|audit"),
+    ("POST", "/v1/operations/{operation_id}/cancel", None, "write"),
 ]
-OTHER_SCOPE = {"write": "predict", "predict": "audit", "audit": "write"}
+OTHER_SCOPE = {"write": "predict", "predict": "audit", "audit": "write", "write|audit": "predict"}
 MALFORMED = ["", "Bearer", "Bearer olu_ x", "Basic dXNlcjpwYXNz", "bearer olu_0000_nope", "Bearer olu_x", "Token abc",
              "Bearer " + "A" * 300, "Bearer olu__", f"Bearer {ADMIN_TOKEN}x"]
 
@@ -64,6 +69,14 @@ def world(server):
         mid = create_model(a, dim=2, name="victim-secret-model-name")["id"]
         assert a.post(f"/v1/models/{mid}/learn", json={"examples": examples(unit_rows(6, 2))}).status_code == 200
         receipt = a.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-0"]}).json()["receipts"][0]
+        # an operation of the victim's (a forget run asynchronously), ended before the matrix runs
+        r = a.post(f"/v1/models/{mid}/unlearn", json={"ids": ["rec-5"]}, headers={"Prefer": "respond-async"})
+        assert r.status_code == 202, r.text
+        operation_id = r.json()["id"]
+        deadline = time.monotonic() + 30
+        while a.get(f"/v1/operations/{operation_id}").json()["status"] not in ("succeeded", "failed", "cancelled"):
+            assert time.monotonic() < deadline, "the victim's operation did not end"
+            time.sleep(0.05)
         params = a.get(f"/v1/models/{mid}/parameters").json()
     with server.client(b_key) as b:
         create_model(b, dim=2, name="attacker-model")
@@ -75,7 +88,7 @@ def world(server):
         assert adm.delete(f"/v1/tenants/{a_id}/keys/{revoked['id']}").status_code == 204
         spare = adm.post(f"/v1/tenants/{a_id}/keys", json={"scopes": ["audit"]}).json()
     ids = {"model_id": mid, "receipt_id": receipt["id"], "record_id": "rec-1", "tenant_id": a_id,
-           "key_id": spare["id"]}
+           "key_id": spare["id"], "operation_id": operation_id}
     secrets_of_a = [receipt["record_commitment"], receipt["signature"], "victim-secret-model-name",
                     json.dumps(params["weights"][0]), a_key, keys["write"]["api_key"]]
     return {"a_key": a_key, "b_key": b_key, "keys": keys, "revoked": revoked["api_key"], "ids": ids,
