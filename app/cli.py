@@ -228,7 +228,7 @@ def verify(bundle: Path = typer.Argument(..., help="an export bundle, or a singl
 # The family the demo uses: the recommendation of docs/accuracy.md for its situation (the service keeps the
 # examples, and the records are forgotten after the stream): the exact retrain is the only family measured within
 # 2 points of retraining from scratch there at epsilon = 1 (every noisy family loses 10-50 points on a stream of
-# this size); the README's decision table gives the other situations.
+# this size); the decision table of docs/families.md gives the other situations.
 DEMO_ALGORITHM = "retrain"
 
 
@@ -323,7 +323,7 @@ def demo(server: str = typer.Option("http://127.0.0.1:8000", help="a running ser
         spent = "-" if ledger["rho_spent"] is None else f"{ledger['rho_spent']:.4g}"
         typer.echo(f"ledger: accounting={ledger['accounting']} rho_spent={spent} "
                    f"of {ledger['rho_budget']} -> epsilon={ledger['epsilon']:.4g} ({ledger['conversion']})")
-        typer.echo("which family for which situation, measured: docs/accuracy.md and the README's decision table")
+        typer.echo("which family for which situation, measured: docs/accuracy.md and the decision table of docs/families.md")
 
 
 def main() -> None:  # console script entry point

@@ -35,7 +35,7 @@ class FeatureDict(RootModel[Annotated[dict[str, FeatureValue], Field(max_length=
 
 
 class FeatureSpec(Strict):
-    """Feature dictionaries hashed into the model's dim buckets (README "Feature dictionaries")."""
+    """Feature dictionaries hashed into the model's dim buckets (docs/features.md)."""
     model_config = ConfigDict(extra="forbid", json_schema_extra=SOME_FEATURE_FIELD)
     type: Literal["hashed"] = Field(description="hashed: strings and list items hash to signed buckets "
                                                 "(MurmurHash3 x64 128, fixed public seed).")
