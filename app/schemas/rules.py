@@ -52,7 +52,9 @@ SOFTMAX_FIELDS: dict[str, Any] = {
     "if": {"required": ["loss"], "properties": {"loss": {"const": "softmax"}}},
     "then": {"anyOf": [{"required": ["n_classes"], "properties": {"n_classes": {"type": "integer"}}},
                        {"required": ["classes"], "properties": {"classes": {"type": "array"}}}]},
-    "else": {"if": {"required": ["loss"], "properties": {"loss": {"const": "squared"}}},
+    # loss squared, or no loss (the family's default loss, squared for exact_ridge): a least-squares classifier
+    # family takes n_classes / classes, another refuses them (422 invalid-model-spec, a relation with the family)
+    "else": {"if": {"anyOf": [{"not": {"required": ["loss"]}}, {"properties": {"loss": {"enum": ["squared", None]}}}]},
              "else": {"properties": {"n_classes": {"type": "null"}, "classes": {"type": "null"}}}},
 }
 
