@@ -143,12 +143,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     clients = check_settings(settings)
     configure_logging(settings.log_level)  # before the storage: what start-up creates (keys) is logged
+    prepare_data_dir(settings)
+    keyring = load_keyring(settings)  # before the storage: a refused key leaves nothing created or migrated
     db, cipher = open_storage(settings)
-    try:
-        keyring = load_keyring(settings)
-    except ConfigurationError:
-        db.dispose()
-        raise
     registry = ModelRegistry(cipher=cipher)
     _log_kernel_warmup()
     metrics = Metrics()

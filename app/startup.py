@@ -180,6 +180,10 @@ def load_keyring(settings):
     else:
         subject = f"the signing key ring in {Path(settings.data_dir) / 'signing-keys'} (OLU_DATA_DIR)"
         fix = "restore the directory from your backup, or set OLU_SIGNING_KEY_FILE to the key"
+    if env_key is None or not env_key.strip():
+        with contextlib.suppress(OSError):
+            if key_file is not None and Path(key_file).is_file() and Path(key_file).stat().st_size == 0:
+                raise ConfigurationError(f"{subject}: the file is empty; {fix}")
     ring_dir = Path(settings.data_dir) / "signing-keys"
     first = env_key is None and key_file is None and not (ring_dir / "index.json").exists()
     try:

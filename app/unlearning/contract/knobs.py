@@ -8,6 +8,7 @@ the table's ``rules`` in words, with the fields they concern, and in the schema'
 from __future__ import annotations
 
 import difflib
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -42,6 +43,7 @@ class Knob:
     losses: tuple[str, ...] = ()
     required: bool = False
     required_when: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    refused: tuple[tuple[Any, str], ...] = ()  # (value, why): values of its type the family refuses, with the reason
 
     @property
     def has_default(self) -> bool:
@@ -182,6 +184,9 @@ def check_knobs(algorithm: str, table: KnobTable, loss: str, hp: Mapping[str, An
             raise SpecError(f"{k.name} applies only with loss {' or '.join(k.losses)}", fields=(path,))
         if given and k.only_when and not _holds(table, hp, k.only_when):
             raise SpecError(f"{k.name} applies only with {_conditions_text(k.only_when)}", fields=(path,))
+        why = dict(k.refused).get(hp.get(k.name)) if k.name in hp and isinstance(hp[k.name], (str, int, float)) else None
+        if why is not None:
+            raise SpecError(f"{k.name} = {json.dumps(hp[k.name])} is refused: {why}; use {describe(k)}", fields=(path,))
         if k.name in hp and not _value_ok(k, hp[k.name]):
             err = SpecError(f"{k.name} must be {describe(k)}", fields=(path,))
             if k.kind in ("number", "integer") and not k.choices and k.minimum is not None and k.maximum is not None \

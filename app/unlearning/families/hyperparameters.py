@@ -205,7 +205,10 @@ MEMORY_PAIR = KnobTable((
     Knob("memory", "integer", "Curvature pairs the online L-BFGS keeps.", default=10, minimum=1, maximum=10_000),
     Knob("initial_curvature", "number", "m0 of the initial matrix M0 = m0 I (\"shanno_phua\" is refused: measured "
                                         "under-noised, docs/memory_pair.md).", default=1e-3, minimum=0.0,
-         maximum=1.0, exclusive_minimum=True),
+         maximum=1.0, exclusive_minimum=True,
+         refused=(("shanno_phua", "with it the corrected model was measured up to 1.25 Delta away from the replay "
+                                  "without the record (bench/memory_pair/memory_pair_replay.py), so its certificate "
+                                  "would be false"),)),
     Knob("burn_in", "integer", "Plain gradient steps before the quasi-Newton steps; \"auto\" = ceil(beta/lambda), the "
                                "least that is certified.", default="auto", choices=("auto",), minimum=0,
          maximum=10**9),
