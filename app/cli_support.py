@@ -8,7 +8,7 @@ import os
 import secrets
 from pathlib import Path
 
-import click
+import typer
 from typer.core import TyperGroup
 
 from .startup import ConfigurationError
@@ -57,21 +57,23 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+def _the_clis_own(e: BaseException) -> bool:
+    """typer's and click's own exceptions (exit, abort, usage errors): they print and exit as they do."""
+    return isinstance(e, (SystemExit, KeyboardInterrupt)) or type(e).__module__.split(".")[0] in ("typer", "click")
+
+
 class OneLineErrors(TyperGroup):
     """The ``olu`` group: an exception a command does not handle becomes one line on stderr and exit code 1."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit,
-                KeyboardInterrupt):
-            raise
         except Exception as e:  # noqa: BLE001 - every other error: one line
-            if os.environ.get("OLU_DEBUG"):
+            if _the_clis_own(e) or os.environ.get("OLU_DEBUG"):
                 raise
             name = ctx.invoked_subcommand or ctx.info_name or "olu"
-            click.echo(f"olu {name}: {one_line(e)}", err=True)
-            ctx.exit(1)
+            typer.echo(f"olu {name}: {one_line(e)}", err=True)
+            raise SystemExit(1) from None
 
 
 def write_secret_file(path: Path, data: bytes) -> None:

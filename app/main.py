@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute
 from .api import admin, audit, console, models, problems, system
 from .api.clientaddr import ClientAddress, ClientResolver
 from .api.limits import BodySizeLimit
+from .api.media_type import RequireMediaType
 from .api.fairness import FairScheduler, TenantLimiter, compute_slots
 from .api.ratelimit import AuthFailureThrottle, RateLimit
 from .config import Settings
@@ -189,6 +190,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     models.install_openapi(app)  # the learn body schemas (both shapes)
     system.install_hyperparameter_schemas(app)  # every family's hyperparameter schema, linked from ModelCreate
     console.install(app)  # the read-only audit console at /console (static files, not in the OpenAPI document)
+    app.add_middleware(RequireMediaType)  # innermost: 415 for a body the route cannot read (api/media_type.py)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RateLimit, rate=settings.rate_limit or 0, burst=settings.rate_limit_burst,
                        tenants=ctx.tenant_limits, metrics=metrics)

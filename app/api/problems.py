@@ -65,6 +65,7 @@ TITLES = {
     "request-deadline-exceeded": "The request's computation overran its deadline",
     "rate-limited": "Too many requests",
     "quota-exceeded": "The tenant's quota would be exceeded",
+    "unsupported-media-type": "Unsupported media type",
 }
 
 
@@ -271,6 +272,7 @@ def document_problems(app: FastAPI) -> None:
                 if method in ("post", "put", "patch"):
                     rs.setdefault("400", dict(problem))
                     rs.setdefault("413", dict(problem))
+                    rs.setdefault("415", dict(problem))  # a body without a content type the route reads
                     rs.setdefault("422", dict(problem))
                 rs.setdefault("429", {**problem, "headers": retry})
                 if path.startswith("/v1/"):
