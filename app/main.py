@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from .api import admin, audit, console, models, problems, system
+from .api import admin, audit, console, docs_pages, models, problems, system
 from .api.clientaddr import ClientAddress, ClientResolver
 from .api.limits import BodySizeLimit
 from .api.media_type import RequireMediaType
@@ -181,6 +181,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Learn, unlearn and predict on streaming models; every forget is answered with a signed "
                     "certificate receipt. Only published (noisy) parameters ever leave the service.",
         generate_unique_id_function=_operation_id,
+        docs_url=None, redoc_url=None,  # served from packaged assets instead of a CDN (api/docs_pages.py)
     )
     app.state.ctx = ctx
     problems.install(app)
@@ -190,6 +191,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     models.install_openapi(app)  # the learn body schemas (both shapes)
     system.install_hyperparameter_schemas(app)  # every family's hyperparameter schema, linked from ModelCreate
     console.install(app)  # the read-only audit console at /console (static files, not in the OpenAPI document)
+    docs_pages.install(app)  # /docs, /redoc and / with no asset from elsewhere (not in the OpenAPI document)
     app.add_middleware(RequireMediaType)  # innermost: 415 for a body the route cannot read (api/media_type.py)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RateLimit, rate=settings.rate_limit or 0, burst=settings.rate_limit_burst,

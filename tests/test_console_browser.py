@@ -415,3 +415,46 @@ def test_console_canonical_json_matches_rfc8785(page, live):
     }""", [[json.dumps(v) for v in values], refused])
     assert got[0] == [canonical_json(v).decode("utf-8") for v in values]
     assert got[1] == ["CanonicalJSONError"] * len(refused)
+
+
+# ---- the API documentation and the front page, offline (issue 40) ----------------------------------------------
+
+def _only_the_service(page, live) -> list[str]:
+    """Abort every request that leaves the service (as a machine with no route out would); return their URLs."""
+    outside: list[str] = []
+
+    def handle(route):
+        if route.request.url.startswith(live["srv"].url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.context.route("**/*", handle)
+    return outside
+
+
+def test_the_api_documentation_loads_with_no_request_outside_the_service(browser, live):
+    context = browser.new_context(viewport=VIEWPORT)
+    context.add_init_script(_WATCH)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    outside = _only_the_service(page, live)
+    page.goto(live["srv"].url + "/docs")
+    # Swagger UI rendered the document: its title and the operations
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("Certified unlearning service")
+    expect(page.locator(".opblock-summary-path[data-path='/v1/models/{model_id}/unlearn']").first).to_be_visible()
+    page.goto(live["srv"].url + "/redoc")
+    expect(page.locator("h1").first).to_contain_text("Certified unlearning service")
+    expect(page.get_by_text("Forget records by id").first).to_be_attached()
+    # the only thing the pages' policy refused: ReDoc's vendor logo (the image hides itself), never requested
+    refused = page.evaluate("window.__csp || []")
+    assert all("cdn.redoc.ly" in v for v in refused), refused
+    page.goto(live["srv"].url + "/")
+    for href in ("/console/", "/docs", "/redoc", "/healthz", "/readyz"):
+        expect(page.locator(f"a[href='{href}']")).to_have_count(1)
+    page.click("a[href='/console/']")
+    expect(page.locator("#api-key")).to_be_visible()
+    context.close()
+    assert outside == [] and errors == [], (outside, errors)
