@@ -197,6 +197,17 @@ def test_sign_in_overview_and_model_page_with_its_plot(page, live):
     expect(page.locator("#capacity-chart canvas")).to_have_count(1)
     for label in ("ρ spent", "ε spent", "ρ budget", "ε target"):
         expect(page.locator("#privacy-chart")).to_contain_text(label)
+    # issue 40: the legend shows the last deletion's values without hovering (it showed "--"); the ρ budget and the
+    # ε target are one dashed line (two coincided); the deletion axis has ticks at whole deletions only (not 1.5)
+    values = page.locator("#privacy-chart .u-legend .u-series .u-value")
+    expect(values).to_have_count(4)
+    expect(values.nth(1)).not_to_have_text("--")
+    eventually(page, lambda: "--" in page.locator("#privacy-chart .u-legend").inner_text(), False)
+    expect(page.locator("#privacy-chart .u-legend")).to_contain_text("ρ budget = ε target")
+    ticks = eventually(page, lambda: bool(page.evaluate(
+        "() => (document.querySelector('#privacy-chart').chart.axes[0]._values || []).length")), True)
+    labels = page.evaluate("() => document.querySelector('#privacy-chart').chart.axes[0]._values")
+    assert ticks and labels and all(v == "" or v.isdigit() for v in labels), labels
     # the plot is drawn: its canvas is not blank
     eventually(page, lambda: page.evaluate("""() => { const c = document.querySelector('#privacy-chart canvas');
         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
