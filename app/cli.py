@@ -13,7 +13,8 @@ from .cli_support import OneLineErrors
 # every error a command does not handle is one line and exit code 1 (cli_support.OneLineErrors; OLU_DEBUG=1: the
 # traceback); help is wrapped at the terminal's width, at least 100 columns
 app = typer.Typer(help="Certified unlearning service.", no_args_is_help=True, add_completion=False, cls=OneLineErrors,
-                  pretty_exceptions_enable=False, context_settings={"max_content_width": 120})
+                  pretty_exceptions_enable=False, rich_markup_mode=None,
+                  context_settings={"max_content_width": 120})  # click's help: wrapped, never cut off at 80 columns
 tenant_app = typer.Typer(help="Tenants (direct database access).", no_args_is_help=True)
 key_app = typer.Typer(help="Tenant API keys (direct database access).", no_args_is_help=True)
 signing_app = typer.Typer(help="The receipt-signing key ring in the data directory.", no_args_is_help=True)
@@ -145,6 +146,8 @@ def consume(
             typer.echo(f"consuming {cfg.filter_subject(consumer.tenant_id)} from {stream} ({consumer.durable})",
                        err=True)
             await consumer.run()
+            done = ", ".join(f"{n} {what}" for what, n in consumer.metrics.totals().items())
+            typer.echo(f"olu consume: stopped: {done}; every event in hand was applied, published and acked", err=True)
         finally:
             db.dispose()
 

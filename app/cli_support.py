@@ -68,6 +68,9 @@ class OneLineErrors(TyperGroup):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # the reader went away (olu ... | head): nothing more to say, to anyone
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            raise SystemExit(1) from None
         except Exception as e:  # noqa: BLE001 - every other error: one line
             if _the_clis_own(e) or os.environ.get("OLU_DEBUG"):
                 raise

@@ -155,3 +155,13 @@ def test_olu_demo_works_for_every_family(server, algorithm):
     assert r.exit_code == 0, r.output[-3000:]
     assert f"({algorithm}, loss " in r.output and "held-out accuracy" in r.output
     assert "offline verification of 3 receipts: ok" in r.output, r.output[-2000:]
+
+
+def test_olu_help_is_wrapped_never_cut_off(monkeypatch):
+    """`olu consume --help` was cut at 80 columns ("OLU_STREAM_API_…"): click's help wraps every line instead."""
+    monkeypatch.setenv("COLUMNS", "80")
+    r = CliRunner().invoke(cli, ["consume", "--help"])
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output and all(len(line) <= 120 for line in r.output.splitlines())
+    for text in ("OLU_STREAM_API_KEY", "nats://127.0.0.1:4222", "{prefix}.{tenant}.{model}.results", "--metrics-port"):
+        assert text in r.output, text
