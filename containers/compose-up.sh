@@ -62,6 +62,7 @@ port=${OLU_HTTP_PORT:-8080}
 compose() { "$compose_cmd" -p "$project" "${files[@]}" "$@"; }
 cname() { echo "${project}_$1_${2:-1}"; }
 state() { podman inspect -f '{{.State.Status}}' "$1" 2>/dev/null || echo absent; }
+is_state() { [ "$(state "$1")" = "$2" ]; }  # is_state CONTAINER STATE: evaluated at each try of wait_for
 members() { podman ps -a --filter "name=^${project}_$1_[0-9]+\$" --format '{{.Names}}'; }
 logs() {
   podman ps -a --filter "name=^${project}_" --format '{{.Names}} {{.Status}}' >&2 || true
@@ -104,7 +105,7 @@ start_consumers() {
     up consumer
   fi
   sleep 3
-  for c in $(members consumer); do wait_for "consumer $c" test "$(state "$c")" = running; done
+  for c in $(members consumer); do wait_for "consumer $c" is_state "$c" running; done
 }
 done_message() { say "up: http://127.0.0.1:$port (the console at /console/, the API documentation at /docs)"; }
 
@@ -137,7 +138,7 @@ wait_for "nats" podman exec "$(cname nats)" wget -qO- "http://127.0.0.1:8222/hea
 
 # ---- 2. migrate ---------------------------------------------------------------------------------------------------
 up migrate
-wait_for "migrate to finish" test "$(state "$(cname migrate)")" = exited
+wait_for "migrate to finish" is_state "$(cname migrate)" exited
 code=$(podman inspect -f '{{.State.ExitCode}}' "$(cname migrate)")
 if [ "$code" != 0 ]; then
   podman logs --tail 5 "$(cname migrate)" >&2 || true
