@@ -165,3 +165,15 @@ def test_olu_help_is_wrapped_never_cut_off(monkeypatch):
     assert "…" not in r.output and all(len(line) <= 120 for line in r.output.splitlines())
     for text in ("OLU_STREAM_API_KEY", "nats://127.0.0.1:4222", "{prefix}.{tenant}.{model}.results", "--metrics-port"):
         assert text in r.output, text
+
+
+def test_olu_serve_refuses_before_any_worker_starts(monkeypatch, tmp_path):
+    """uvicorn's parent exits 0 after its workers refuse; olu serve checks once, before them: one line, exit 1."""
+    import uvicorn
+
+    started = []
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: started.append(kw))
+    monkeypatch.setenv("OLU_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("OLU_SIGNING_KEY_FILE", str(tmp_path / "missing.pem"))
+    line = _cli_one_line(["serve", "--workers", "4"], "olu serve:", "OLU_SIGNING_KEY_FILE", "olu keygen")
+    assert started == [] and "Traceback" not in line
