@@ -146,7 +146,8 @@ def consume(
             typer.echo(f"consuming {cfg.filter_subject(consumer.tenant_id)} from {stream} ({consumer.durable})",
                        err=True)
             await consumer.run()
-            done = ", ".join(f"{n} {what}" for what, n in consumer.metrics.totals().items())
+            totals = consumer.metrics.totals() if hasattr(consumer, "metrics") else {}
+            done = ", ".join(f"{n} {what}" for what, n in totals.items()) or "nothing in hand"
             typer.echo(f"olu consume: stopped: {done}; every event in hand was applied, published and acked", err=True)
         finally:
             db.dispose()
