@@ -66,7 +66,6 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(level: str = "INFO") -> None:
     root = logging.getLogger("olu")
-    root.setLevel(level.upper())  # each app's own level, also when an earlier app in the process added the handler
     if any(isinstance(h.formatter, JsonFormatter) for h in root.handlers):
         return
     handler = logging.StreamHandler(sys.stderr)
