@@ -177,3 +177,10 @@ def test_olu_serve_refuses_before_any_worker_starts(monkeypatch, tmp_path):
     monkeypatch.setenv("OLU_SIGNING_KEY_FILE", str(tmp_path / "missing.pem"))
     line = _cli_one_line(["serve", "--workers", "4"], "olu serve:", "OLU_SIGNING_KEY_FILE", "olu keygen")
     assert started == [] and "Traceback" not in line
+
+
+def test_an_invalid_encryption_key_file_in_the_data_directory_is_one_line(monkeypatch, tmp_path):
+    (tmp_path / "data").mkdir(mode=0o700)
+    (tmp_path / "data" / "encryption.key").write_text("not base64 of 32 bytes\n")
+    line = _refusal(monkeypatch, tmp_path)
+    assert "encryption key file" in line and "OLU_ENCRYPTION_KEY" in line and "backup" in line, line
