@@ -8,7 +8,13 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(help="Certified unlearning service.", no_args_is_help=True, add_completion=False)
+from .cli_support import OneLineErrors
+
+# every error a command does not handle is one line and exit code 1 (cli_support.OneLineErrors; OLU_DEBUG=1: the
+# traceback); help is wrapped at the terminal's width, at least 100 columns
+app = typer.Typer(help="Certified unlearning service.", no_args_is_help=True, add_completion=False, cls=OneLineErrors,
+                  pretty_exceptions_enable=False, rich_markup_mode=None,
+                  context_settings={"max_content_width": 120})  # click's help: wrapped, never cut off at 80 columns
 tenant_app = typer.Typer(help="Tenants (direct database access).", no_args_is_help=True)
 key_app = typer.Typer(help="Tenant API keys (direct database access).", no_args_is_help=True)
 signing_app = typer.Typer(help="The receipt-signing key ring in the data directory.", no_args_is_help=True)
@@ -21,29 +27,34 @@ app.add_typer(operations_app, name="operations")
 
 
 def _settings():
-    from .config import Settings
+    from .startup import load_settings
 
-    return Settings()
+    return load_settings()
 
 
 def _database():
-    from .db.files import secure_data_dir
+    """The configured database, migrated to head (a setting it cannot use: one line, cli_support)."""
+    from sqlalchemy.exc import DBAPIError
+
     from .db.migrate import upgrade_to_head
-    from .db.session import Database
+    from .startup import database_unreachable, open_database, prepare_data_dir
 
     s = _settings()
-    secure_data_dir(s.data_dir)
-    db = Database(s.resolved_database_url, sqlite_synchronous=s.sqlite_synchronous)
-    upgrade_to_head(db.engine, _cipher(s))
+    prepare_data_dir(s)
+    db = open_database(s)
+    try:
+        upgrade_to_head(db.engine, _cipher(s))
+    except DBAPIError as e:
+        db.dispose()
+        raise database_unreachable(s, e) from None
     db.scrub_wal()
     return db
 
 
 def _cipher(st):
-    from .crypto import load_cipher
+    from .startup import load_cipher
 
-    return load_cipher(st.data_dir, st.encryption_key.get_secret_value() if st.encryption_key else None,
-                       st.encryption_keys_old.get_secret_value() if st.encryption_keys_old else None)
+    return load_cipher(st)
 
 
 def _tenants():
@@ -61,12 +72,25 @@ def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
     proxies in OLU_TRUSTED_PROXIES."""
     import uvicorn
 
+    from .main import create_app
+    from .unlearning import kernels_status
+
+    # the settings, the database, the keys: checked here once, so that a setting the service cannot start with is
+    # one line and exit code 1 before any worker starts (uvicorn would start each worker into the same refusal)
+    preflight = create_app()
+    if workers > 1:  # each worker builds its own (app.main:app); one worker serves this one
+        preflight.state.ctx.db.dispose()
+    if kernels_status() == "compiling":
+        typer.echo("olu serve: the numba kernels are not in numba's cache yet: each worker compiles them in the "
+                   "background (about 30 s to a few minutes) and serves on the numpy path meanwhile (/readyz says "
+                   "kernels: compiling); `olu warm` builds the cache once.", err=True)
     if workers > 1 and _settings().resolved_database_url.startswith("sqlite"):
         typer.echo(f"olu serve: warning: {workers} workers on SQLite. SQLite takes one writer at a time, so more "
                    "workers add no ingest and lengthen the learn tail (python -m bench --sections scale: learn p99 "
                    "3.1x one worker's at 2 workers, ingest 0.94x; docs/performance.md). Serve SQLite with one "
                    "worker, or use PostgreSQL (OLU_DATABASE_URL) for several workers or replicas.", err=True)
-    uvicorn.run("app.main:app", host=host, port=port, workers=workers, log_level=log_level, proxy_headers=False)
+    uvicorn.run(preflight if workers == 1 else "app.main:app", host=host, port=port, workers=workers,
+                log_level=log_level, proxy_headers=False)
 
 
 @app.command()
@@ -125,6 +149,9 @@ def consume(
             typer.echo(f"consuming {cfg.filter_subject(consumer.tenant_id)} from {stream} ({consumer.durable})",
                        err=True)
             await consumer.run()
+            totals = consumer.metrics.totals() if hasattr(consumer, "metrics") else {}
+            done = ", ".join(f"{n} {what}" for what, n in totals.items()) or "nothing in hand"
+            typer.echo(f"olu consume: stopped: {done}; every event in hand was applied, published and acked", err=True)
         finally:
             db.dispose()
 
@@ -153,6 +180,38 @@ def warm():
     typer.echo(f"kernels: {status} in {time.perf_counter() - started:.1f} s (cache: {where})")
     if status not in ("ok", "off"):
         raise typer.Exit(1)
+
+
+@app.command()
+def keygen(path: Optional[Path] = typer.Argument(None, help="write the key to this file (mode 0600; an existing "
+                                                           "file is never overwritten); without it, print it"),
+           encryption: bool = typer.Option(False, "--encryption",
+                                           help="an at-rest encryption key (base64 of 32 random bytes, for "
+                                                "OLU_ENCRYPTION_KEY) instead of a receipt-signing key")):
+    """Make a key: a receipt-signing key (Ed25519, PKCS#8 PEM, for OLU_SIGNING_KEY_FILE or OLU_SIGNING_KEY), or with
+    --encryption an at-rest encryption key.  Without PATH the key goes to stdout (for a secret store) and what it is
+    to stderr."""
+    from .cli_support import new_encryption_key, new_signing_key, write_secret_file
+
+    if encryption:
+        data, what, use = new_encryption_key(), "AES-256-GCM encryption key", "OLU_ENCRYPTION_KEY"
+    else:
+        data, key_id, public = new_signing_key()
+        what, use = f"Ed25519 signing key {key_id} (public key {public})", "OLU_SIGNING_KEY_FILE"
+    if path is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        typer.echo(f"{what}: give it to the service as {use.replace('_FILE', '')} (keep it secret)", err=True)
+        return
+    try:
+        write_secret_file(path, data)
+    except FileExistsError:
+        typer.echo(f"olu keygen: {path} exists: it is never overwritten (a key the service used may still be "
+                   "needed to verify or open what it signed or sealed); choose another path", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"wrote the {what} to {path} (mode 0600); set {use}={path}" if not encryption else
+               f"wrote the {what} to {path} (mode 0600); set OLU_ENCRYPTION_KEY to its content, or mount it as the "
+               "secret OLU_ENCRYPTION_KEY (OLU_SECRETS_DIR)")
 
 
 @app.command()
@@ -231,7 +290,7 @@ def verify(bundle: Path = typer.Argument(..., help="an export bundle, or a singl
 # The family the demo uses: the recommendation of docs/accuracy.md for its situation (the service keeps the
 # examples, and the records are forgotten after the stream): the exact retrain is the only family measured within
 # 2 points of retraining from scratch there at epsilon = 1 (every noisy family loses 10-50 points on a stream of
-# this size); the README's decision table gives the other situations.
+# this size); the decision table of docs/families.md gives the other situations.
 DEMO_ALGORITHM = "retrain"
 
 
@@ -252,6 +311,8 @@ def demo_features(X, n_train: int):
 def demo(server: str = typer.Option("http://127.0.0.1:8000", help="a running service"),
          admin_token: str = typer.Option(..., envvar="OLU_ADMIN_TOKEN", help="the service's admin token"),
          forget: int = typer.Option(20, help="how many records to forget"),
+         records: Optional[int] = typer.Option(None, min=40, help="use only this many records of the 569 (a quicker "
+                                                                  "run; 80 % are streamed, 20 % held out)"),
          algorithm: str = typer.Option(DEMO_ALGORITHM, help="model family (default: the recommendation of "
                                                              "docs/accuracy.md for this situation)")):
     """Stream scikit-learn's bundled breast-cancer data into a new model, forget some records, and show held-out
@@ -270,63 +331,103 @@ def demo(server: str = typer.Option("http://127.0.0.1:8000", help="a running ser
 
     X, y = load_breast_cancer(return_X_y=True)
     order = np.random.default_rng(0).permutation(len(y))
-    X, y = X[order], y[order]
+    X, y = X[order][:records], y[order][:records]
     n_train = int(0.8 * len(y))
     X = demo_features(X, n_train)
+    gone = np.random.default_rng(1).permutation(n_train)[:forget]  # the records to forget: random, fixed seed
     with httpx.Client(base_url=server, timeout=60) as c:
+        families = {a["name"]: a for a in c.get("/v1/algorithms").raise_for_status().json()["items"]}
+        if algorithm not in families:
+            raise typer.BadParameter(f"unknown family {algorithm!r}; choose from {', '.join(sorted(families))}",
+                                     param_hint="--algorithm")
         r = c.post("/v1/tenants", json={"name": "demo"}, headers={"authorization": f"Bearer {admin_token}"})
         r.raise_for_status()
         c.headers["authorization"] = f"Bearer {r.json()['api_key']}"
-        spec = {"loss": "logistic", "dim": X.shape[1], "bounds": {"x_norm": 1.0}, "domain_radius": 10.0,
-                "l2": 0.01, "privacy": {"epsilon": 1.0, "delta": 1e-6}}
+        base = {"dim": X.shape[1], "bounds": {"x_norm": 1.0}, "domain_radius": 10.0, "l2": 0.01,
+                "privacy": {"epsilon": 1.0, "delta": 1e-6}}
+        # knobs a family may require, from the stream itself (online_dp_tree, passive_olu_restart): its length and
+        # the number of records the demo forgets
+        stream_knobs = {"horizon": n_train, "max_deletions": max(forget, 1)}
 
         def create(name: str, family: str) -> str:
-            out = c.post("/v1/models", json={"name": name, "algorithm": family, **spec})
+            losses = families[family]["losses"]
+            # a binary classifier: logistic where the family serves it, else its own loss with two classes (exact_ridge:
+            # least-squares classification)
+            spec = {**base, "loss": "logistic"} if "logistic" in losses else {
+                **base, "loss": families[family]["default_loss"], "n_classes": 2}
+            hp: dict = {}
+            for _ in range(len(stream_knobs) + 1):
+                out = c.post("/v1/models", json={"name": name, "algorithm": family, **spec, "hyperparameters": hp})
+                missing = [e.get("field", "").removeprefix("hyperparameters.") for e in
+                           (out.json().get("errors") or [])] if out.status_code == 422 else []
+                if not any(m in stream_knobs and m not in hp for m in missing):
+                    break
+                hp.update({m: stream_knobs[m] for m in missing if m in stream_knobs})
             out.raise_for_status()
             return out.json()["id"]
 
         def learn(mid: str, rows, label: str) -> None:
             rows = list(rows)
             for start in track(range(0, len(rows), 50), description=label):
-                batch = [{"id": f"patient-{i}", "x": X[i].tolist(), "y": float(y[i])} for i in rows[start:start + 50]]
+                batch = [{"id": f"patient-{i}", "x": X[i].tolist(), "y": int(y[i])} for i in rows[start:start + 50]]
                 c.post(f"/v1/models/{mid}/learn", json={"examples": batch}).raise_for_status()
 
         def accuracy(mid: str) -> float:
             pred = c.post(f"/v1/models/{mid}/predict", json={"x": X[n_train:].tolist()}).json()["predictions"]
             return float(np.mean(np.asarray(pred) == y[n_train:]))
 
+        def unlearn(mid: str, i: int) -> list:
+            out = c.post(f"/v1/models/{mid}/unlearn", json={"ids": [f"patient-{i}"]})
+            if out.status_code == 422 and out.json().get("type", "").endswith("/deletion-features-required"):
+                # a model that keeps no data but needs the forgotten record's features: the client resends it
+                out = c.post(f"/v1/models/{mid}/unlearn", json={"ids": [f"patient-{i}"], "examples": [
+                    {"id": f"patient-{i}", "x": X[i].tolist(), "y": int(y[i])}]})
+            if out.status_code == 409 and out.json().get("retrain"):
+                # the model can certify no further forget until it is retrained (rewind_to_delete beyond m_max): do
+                # what the answer says, then forget
+                c.post(out.json()["retrain"]).raise_for_status()
+                retrains.append(i)
+                return unlearn(mid, i)
+            out.raise_for_status()
+            return out.json()["receipts"]
+
         mid = create("breast-cancer", algorithm)
         model = c.get(f"/v1/models/{mid}").json()
-        typer.echo(f"model {mid} ({algorithm}); guarantee: {model['guarantee']['definition']}")
+        typer.echo(f"model {mid} ({algorithm}, loss {model['loss']}); guarantee: {model['guarantee']['definition']}")
         learn(mid, range(n_train), "learning")
         before = accuracy(mid)
-        gone = np.random.default_rng(1).permutation(n_train)[:forget]  # the records to forget: random, fixed seed
-        receipts = []
+        receipts: list = []
+        retrains: list = []
         for i in track(gone, description="forgetting"):
-            out = c.post(f"/v1/models/{mid}/unlearn", json={"ids": [f"patient-{i}"]})
-            out.raise_for_status()
-            receipts += out.json()["receipts"]
+            receipts += unlearn(mid, int(i))
         after = accuracy(mid)
         # the reference: a fresh exact model learned from scratch on the remaining records only
         ref = create("breast-cancer, exact retrain reference", "retrain")
         learn(ref, [i for i in range(n_train) if i not in set(gone.tolist())], "exact retrain")
         exact = accuracy(ref)
-        typer.echo(f"held-out accuracy: {before:.3f} before, {after:.3f} after forgetting {forget} records")
+        typer.echo(f"held-out accuracy: {before:.3f} before, {after:.3f} after forgetting {forget} records"
+                   + (f" (retrained on the records it keeps {len(retrains)}x on the way, as its answers asked)"
+                      if retrains else ""))
         typer.echo(f"exact retrain on the remaining {n_train - forget} records: {exact:.3f} "
                    f"(model minus retrain: {after - exact:+.3f})")
         if receipts:
             r0 = receipts[0]
+            sigma = r0["mechanism"].get("sigma")
             typer.echo(f"first receipt {r0['id']}: mechanism={r0['mechanism']['type']}, "
-                       f"sigma={r0['mechanism']['sigma']:.4g}, epsilon spent={r0['ledger_after']['epsilon']:.4g} "
-                       f"at delta={r0['guarantee']['delta']}")
-        bundle = c.get("/v1/audit/export", params={"model_id": mid}).json()
+                       f"sigma={'-' if sigma is None else format(sigma, '.4g')}, "
+                       f"epsilon spent={r0['ledger_after']['epsilon']:.4g} at delta={r0['guarantee']['delta']}")
+        bundle = c.get("/v1/audit/export", params={"model_id": mid}).raise_for_status().json()
         report = verify_bundle(bundle, c.get("/v1/keys").json())
         typer.echo(f"offline verification of {len(bundle['receipts'])} receipts: {'ok' if report.ok else 'FAILED'}")
         ledger = c.get(f"/v1/models/{mid}/ledger").json()
         spent = "-" if ledger["rho_spent"] is None else f"{ledger['rho_spent']:.4g}"
+        eps = "-" if ledger["epsilon"] is None else f"{ledger['epsilon']:.4g}"
         typer.echo(f"ledger: accounting={ledger['accounting']} rho_spent={spent} "
-                   f"of {ledger['rho_budget']} -> epsilon={ledger['epsilon']:.4g} ({ledger['conversion']})")
-        typer.echo("which family for which situation, measured: docs/accuracy.md and the README's decision table")
+                   f"of {ledger['rho_budget']} -> epsilon={eps} ({ledger['conversion']})")
+        typer.echo("which family for which situation, measured: docs/accuracy.md and the decision table of "
+                   "docs/families.md")
+        if not report.ok:
+            raise typer.Exit(1)
 
 
 def main() -> None:  # console script entry point

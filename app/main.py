@@ -9,21 +9,22 @@ from dataclasses import dataclass
 from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
-from .api import admin, audit, console, models, operations, problems, system
+from .api import admin, audit, console, docs_pages, models, operations, problems, system
 from .api.clientaddr import ClientAddress, ClientResolver
 from .api.limits import BodySizeLimit
+from .api.media_type import RequireMediaType
 from .api.query import known_query_parameters
 from .api.fairness import FairScheduler, TenantLimiter, compute_slots
 from .api.operation_turns import turns_of
 from .api.ratelimit import AuthFailureThrottle, RateLimit
 from .config import Settings
-from .crypto import Cipher, load_cipher
-from .db.files import secure_data_dir
+from .crypto import Cipher
 from .db.migrate import migration_status, upgrade_to_head
 from .db.session import Database
 from .observability import Metrics, ObservabilityMiddleware, configure_logging
-from .receipts.keystore import load_or_create_keyring
 from .registry import ModelRegistry
+from .startup import (ConfigurationError, database_unreachable, load_cipher, load_keyring, load_settings,
+                      open_database, prepare_data_dir, refuse)
 from .unlearning import kernels_status
 from .services.idempotency import IdempotencyStore
 from .services.models import ModelService
@@ -86,10 +87,6 @@ class _Service(FastAPI):
 MIN_ADMIN_TOKEN = 32  # characters; a shorter bearer token is guessable
 
 
-class ConfigurationError(RuntimeError):
-    """The settings cannot be served safely; the message says which variable and why."""
-
-
 def check_settings(settings: Settings) -> ClientResolver:
     """Refuses settings that cannot be served safely; answers the client-address resolver they configure."""
     admin = settings.admin_token
@@ -98,6 +95,12 @@ def check_settings(settings: Settings) -> ClientResolver:
             f"OLU_ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN} characters long (it has "
             f"{len(admin.get_secret_value())}); generate one with "
             "python -c 'import secrets; print(secrets.token_urlsafe(32))', or unset it to serve without an admin.")
+    if settings.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ConfigurationError(f"OLU_LOG_LEVEL={settings.log_level!r} is not a level: use DEBUG, INFO, WARNING or "
+                                 "ERROR")
+    if settings.sqlite_synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise ConfigurationError(f"OLU_SQLITE_SYNCHRONOUS={settings.sqlite_synchronous!r} is not a SQLite "
+                                 "synchronous mode: use FULL (durable commits, the default), EXTRA, NORMAL or OFF")
     try:
         return ClientResolver(settings.trusted_proxies, settings.forwarded_header)
     except ValueError as e:
@@ -108,28 +111,52 @@ def open_storage(settings: Settings) -> tuple[Database, Cipher]:
     """The database and the at-rest cipher, migrated when auto_migrate is on, the SQLite WAL scrubbed (crash
     recovery: WAL frames of a forget that committed before a crash go, docs/operations.md). Shared by the API and
     ``olu consume``."""
-    secure_data_dir(settings.data_dir)  # 0700, and an existing install's files tightened to 0600
-    db = Database(settings.resolved_database_url, sqlite_synchronous=settings.sqlite_synchronous)
-    cipher = load_cipher(settings.data_dir,
-                         settings.encryption_key.get_secret_value() if settings.encryption_key else None,
-                         settings.encryption_keys_old.get_secret_value() if settings.encryption_keys_old else None)
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    prepare_data_dir(settings)  # 0700, and an existing install's files tightened to 0600
+    db = open_database(settings)
+    cipher = load_cipher(settings)
     if settings.auto_migrate:
-        upgrade_to_head(db.engine, cipher)
+        try:
+            upgrade_to_head(db.engine, cipher)
+        except (OperationalError, DBAPIError) as e:  # refused, unreachable, no such database, bad login
+            db.dispose()
+            raise database_unreachable(settings, e) from None
     db.scrub_wal()
     return db, cipher
 
 
+def _log_kernel_warmup() -> None:
+    """Say that the compiled kernels are compiling in the background (a cold numba cache: ~30 s to minutes), and
+    when they are loaded; requests take the numpy path meanwhile and /readyz says kernels: compiling."""
+    import threading
+    import time
+
+    if kernels_status() != "compiling":
+        return
+    log.info("compiling the numba kernels in the background (about 30 s to a few minutes with a cold cache); "
+             "requests are served on the numpy path meanwhile and /readyz answers kernels: compiling until they "
+             "load; `olu warm` builds the cache once, so that later starts load them in about a second")
+    started = time.monotonic()
+
+    def watch() -> None:
+        while kernels_status() == "compiling":
+            time.sleep(0.5)
+        log.info("compiled kernels %s after %.0f s", "loaded" if kernels_status() == "ok" else kernels_status(),
+                 time.monotonic() - started)
+
+    threading.Thread(target=watch, name="olu-kernel-watch", daemon=True).start()
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or Settings()
+    settings = settings or load_settings()
     clients = check_settings(settings)
+    configure_logging(settings.log_level)  # before the storage: what start-up creates (keys) is logged
+    prepare_data_dir(settings)
+    keyring = load_keyring(settings)  # before the storage: a refused key leaves nothing created or migrated
     db, cipher = open_storage(settings)
-    keyring = load_or_create_keyring(
-        settings.data_dir,
-        settings.signing_key.get_secret_value() if settings.signing_key else None,
-        settings.signing_key_file,
-    )
-    configure_logging(settings.log_level)
     registry = ModelRegistry(cipher=cipher)
+    _log_kernel_warmup()
     metrics = Metrics()
     tenants = TenantService(db, cipher, settings.auth_cache_seconds)
     ctx = Context(settings, db, keyring, tenants,
@@ -171,6 +198,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     "families, exact for retrain, sisa and exact_ridge (whose publication private releases them "
                     "with noise).",
         generate_unique_id_function=_operation_id,
+        docs_url=None, redoc_url=None,  # served from packaged assets instead of a CDN (api/docs_pages.py)
     )
     app.state.ctx = ctx
     problems.install(app)
@@ -178,7 +206,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (admin.router, admin.own, models.router, operations.router, audit.router, system.router):
         app.include_router(router, dependencies=[Depends(known_query_parameters)])
     models.install_openapi(app)  # the learn body schemas (both shapes)
+    system.install_hyperparameter_schemas(app)  # every family's hyperparameter schema, linked from ModelCreate
     console.install(app)  # the read-only audit console at /console (static files, not in the OpenAPI document)
+    docs_pages.install(app)  # /docs, /redoc and / with no asset from elsewhere (not in the OpenAPI document)
+    app.add_middleware(RequireMediaType)  # innermost: 415 for a body the route cannot read (api/media_type.py)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RateLimit, rate=settings.rate_limit or 0, burst=settings.rate_limit_burst,
                        tenants=ctx.tenant_limits, metrics=metrics)
@@ -194,7 +225,7 @@ def __getattr__(name: str):
         try:
             application = create_app()
         except ConfigurationError as e:  # a clear one-line refusal instead of a traceback from the ASGI server
-            raise SystemExit(f"olu: refusing to start: {e}") from None
+            refuse(e)
         globals()["app"] = application
         return application
     raise AttributeError(name)

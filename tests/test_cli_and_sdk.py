@@ -66,7 +66,7 @@ def test_cli_demo_against_a_live_server(server):
     r = runner.invoke(cli, ["demo", "--server", server.url, "--admin-token", ADMIN_TOKEN, "--forget", "5"])
     assert r.exit_code == 0, r.output
     assert "held-out accuracy" in r.output and "offline verification of 5 receipts: ok" in r.output
-    assert f"({DEMO_ALGORITHM})" in r.output  # the recommended family by default
+    assert f"({DEMO_ALGORITHM}, loss logistic)" in r.output  # the recommended family by default
     before, after = (float(w) for w in r.output.split("held-out accuracy: ")[1].split(" before, ")[0:1]
                      + [r.output.split(" before, ")[1].split(" after")[0]])
     exact = float(r.output.split("exact retrain on the remaining 450 records: ")[1].split(" ")[0])

@@ -152,7 +152,7 @@ def test_a_bad_trusted_proxies_setting_stops_the_start(tmp_path):
         create_app(Settings(data_dir=tmp_path, trusted_proxies="not-an-ip"))
 
 
-def test_every_launcher_turns_uvicorns_proxy_headers_off(monkeypatch):
+def test_every_launcher_turns_uvicorns_proxy_headers_off(monkeypatch, tmp_path):
     """The README command, the Dockerfile and `olu serve` alike: forwarded headers are the service's business."""
     from pathlib import Path
 
@@ -170,5 +170,6 @@ def test_every_launcher_turns_uvicorns_proxy_headers_off(monkeypatch):
     assert "OLU_TRUSTED_PROXIES" in readme and "OLU_TRUSTED_PROXIES" in (root / "docs" / "operations.md").read_text()
     seen = {}
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setenv("OLU_DATA_DIR", str(tmp_path))  # olu serve builds the app once before uvicorn (issue 40)
     assert CliRunner().invoke(cli, ["serve", "--port", "8123"]).exit_code == 0
     assert seen["proxy_headers"] is False and seen["port"] == 8123

@@ -112,8 +112,16 @@ def test_olu_serve_steers_sqlite_to_one_worker(monkeypatch, tmp_path):
 
     from app.cli import app as cli
 
+    import app.main
+
     runs = []
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: runs.append(kw["workers"]))
+    # olu serve builds the app once before uvicorn (issue 40: a setting it cannot use is one line, before any worker
+    # starts); here only the warning matters, so that check stands aside (no PostgreSQL needs to answer)
+    from types import SimpleNamespace
+
+    built = SimpleNamespace(state=SimpleNamespace(ctx=SimpleNamespace(db=SimpleNamespace(dispose=lambda: None))))
+    monkeypatch.setattr(app.main, "create_app", lambda *a, **kw: built)
     monkeypatch.setenv("OLU_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("OLU_ADMIN_TOKEN", ADMIN_TOKEN)
     runner = CliRunner()

@@ -21,7 +21,8 @@ MAX_LINES = 500
 # The engine's floors, lowest first: a module may import from its own floor or lower ones only.  The package root
 # (app/unlearning/__init__.py, the public API and the family registry) stands above them all.
 ENGINE_FLOORS = (
-    ("app.unlearning.contract.errors", "app.unlearning.contract.certificate", "app.unlearning.contract.spec"),
+    ("app.unlearning.contract.errors", "app.unlearning.contract.certificate", "app.unlearning.contract.spec",
+     "app.unlearning.contract.knobs"),
     ("app.unlearning.maths",),
     ("app.unlearning.mechanism",),
     ("app.unlearning.contract.unlearner",),

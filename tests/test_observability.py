@@ -55,7 +55,12 @@ def test_metrics_count_domain_events_without_identifiers(server, tenant):
 
 def test_json_logs_carry_request_ids_and_no_secrets(server):
     handler = _Collect()
-    logging.getLogger("olu").addHandler(handler)
+    olu = logging.getLogger("olu")
+    level = olu.level
+    olu.addHandler(handler)
+    # the process's first app set the "olu" logger's level (configure_logging); another test's app may have asked
+    # for WARNING first, which would hide the access lines this test reads
+    olu.setLevel(logging.INFO)
     try:
         tenant_id, key = server.new_tenant("logs")
         with server.client(key) as c:
@@ -69,7 +74,8 @@ def test_json_logs_carry_request_ids_and_no_secrets(server):
         while generated not in "\n".join(handler.lines) and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
-        logging.getLogger("olu").removeHandler(handler)
+        olu.removeHandler(handler)
+        olu.setLevel(level)
     records = [json.loads(line) for line in handler.lines]
     access = [r for r in records if r["logger"] == "olu.access"]
     assert any(r["request_id"] == "trace-abc-123" and r["route"] == "/v1/models" for r in access)

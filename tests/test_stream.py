@@ -394,6 +394,9 @@ def test_sigterm_finishes_the_batch_and_stops(setup, tmp_path):
     rows = _stream_rows(server.database_url, tenant_id)
     published = {b["event_id"] for s, b, h in broker.published()}
     assert {r[0] for r in rows} == published
+    # it says so in a final line (issue 40), with what it applied
+    last = cons.log().strip().splitlines()[-1]
+    assert last.startswith("olu consume: stopped: ") and f"{len(rows)} applied" in last, cons.log()
     assert c.get(f"/v1/models/{mid}").json()["step"] == len(rows)
 
 

@@ -75,6 +75,7 @@ TITLES = {
     "operation-not-found": "Operation not found",
     "operation-abandoned": "The processes running the operation kept stopping",
     "operation-deadline-exceeded": "A step of the operation overran its deadline",
+    "unsupported-media-type": "Unsupported media type",
 }
 
 
@@ -281,6 +282,7 @@ def document_problems(app: FastAPI) -> None:
                 if method in ("post", "put", "patch"):
                     rs.setdefault("400", dict(problem))
                     rs.setdefault("413", dict(problem))
+                    rs.setdefault("415", dict(problem))  # a body without a content type the route reads
                     rs.setdefault("422", dict(problem))
                 rs.setdefault("429", {**problem, "headers": retry})
                 if path.startswith("/v1/"):

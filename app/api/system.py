@@ -5,7 +5,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..schemas import AlgorithmList, Health, PublicKeys
-from ..unlearning import ALGORITHMS
+from ..unlearning import ALGORITHMS, hyperparameter_schema, hyperparameter_table
 from .deps import get_ctx
 from .problems import responses
 
@@ -20,10 +20,36 @@ def list_public_keys(request: Request):
 
 @router.get("/v1/algorithms", response_model=AlgorithmList)
 def list_algorithms():
-    """The model families this service offers, with their guarantees."""
+    """The model families this service offers: their guarantees, the losses each serves and its default loss, and
+    the JSON Schema of its hyperparameters (names, types, defaults, ranges, descriptions, when each applies, the
+    rules across fields)."""
     return {"items": [{"name": name, "accounting": cls.accounting, "needs_retained_data": cls.needs_retained_data,
-                       "guarantee": {"definition": cls.guarantee_definition, "statement": cls.guarantee_words}}
+                       "guarantee": {"definition": cls.guarantee_definition, "statement": cls.guarantee_words},
+                       "losses": list(hyperparameter_table(name).losses),
+                       "default_loss": hyperparameter_table(name).default_loss,
+                       "hyperparameters": hyperparameter_schema(name)}
                       for name, cls in sorted(ALGORITHMS.items())]}
+
+
+def install_hyperparameter_schemas(app) -> None:
+    """Carry every family's hyperparameter JSON Schema in the OpenAPI document: one component schema per family
+    (Hyperparameters_<algorithm>), linked from ModelCreate by algorithm (its x-hyperparameters extension).
+    ModelCreate.hyperparameters stays an open object, so that the SDKs keep one create_model body."""
+    build = app.openapi
+
+    def openapi():
+        if app.openapi_schema is None:
+            doc = build()
+            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+            links = {}
+            for name in sorted(ALGORITHMS):
+                schemas[f"Hyperparameters_{name}"] = hyperparameter_schema(name)
+                links[name] = {"$ref": f"#/components/schemas/Hyperparameters_{name}"}
+            schemas["ModelCreate"]["x-hyperparameters"] = links
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})

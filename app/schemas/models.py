@@ -35,7 +35,7 @@ class FeatureDict(RootModel[Annotated[dict[str, FeatureValue], Field(max_length=
 
 
 class FeatureSpec(Strict):
-    """Feature dictionaries hashed into the model's dim buckets (README "Feature dictionaries")."""
+    """Feature dictionaries hashed into the model's dim buckets (docs/features.md)."""
     model_config = ConfigDict(extra="forbid", json_schema_extra=SOME_FEATURE_FIELD)
     type: Literal["hashed"] = Field(description="hashed: strings and list items hash to signed buckets "
                                                 "(MurmurHash3 x64 128, fixed public seed).")
@@ -60,7 +60,9 @@ class ModelCreate(Strict):
     model_config = ConfigDict(extra="forbid", json_schema_extra=SOFTMAX_FIELDS)
     name: str = Field(min_length=1, max_length=200, pattern=NO_CONTROL)
     algorithm: str = Field("passive_olu", description="Model family; see GET /v1/algorithms.")
-    loss: LossName = "logistic"
+    loss: LossName | None = Field(None, description=(
+        "The loss; absent or null: the family's default loss (GET /v1/algorithms `default_loss`: logistic, or "
+        "squared for exact_ridge, which serves only least squares)."))
     dim: json_int(ge=1) = Field(description="Number of features.")
     bounds: Bounds
     domain_radius: PositiveFinite = Field(10.0, description="Parameters live in the L2 ball of this radius.")
@@ -68,7 +70,11 @@ class ModelCreate(Strict):
         0.01, json_schema_extra={"anyOf": [{"const": 0}, {"minimum": POSITIVE_NORMAL_MIN}]},
         description="L2 regularisation (mu): 0 or a positive normal float.")
     privacy: PrivacyTarget = Field(default_factory=PrivacyTarget)
-    hyperparameters: dict[str, Any] = Field(default_factory=dict, description="Family-specific, all defaulted.")
+    hyperparameters: dict[str, Any] = Field(default_factory=dict, description=(
+        "Family-specific knobs, each with a default (some families require a few, e.g. online_dp_tree's horizon). "
+        "Each family's JSON Schema (names, types, defaults, ranges, descriptions, when each applies) is served by "
+        "GET /v1/algorithms and is in this document as components/schemas/Hyperparameters_<algorithm>, linked by "
+        "algorithm from x-hyperparameters; an unknown name is a 422 listing the accepted ones and the closest."))
     n_classes: json_int(ge=2, le=MAX_CLASSES) | None = Field(None, description=(
         "loss softmax, or loss squared with a least-squares classifier (exact_ridge): the number of classes K "
         "(labels 0..K-1); may be omitted when classes is given."))

@@ -48,11 +48,22 @@ PREDICT_SHAPE = one_of_present("x", "array", "features", "array")
 
 # n_classes and classes go with loss softmax, which needs one of them (null counts as absent), or with loss squared
 # (a family that classifies by least squares, exact_ridge; the others refuse them: 422 invalid-model-spec)
+def _classifier_defaults() -> list[str]:
+    """The families whose default loss (a spec without one) is one they classify with: they take n_classes."""
+    from ..unlearning import ALGORITHMS, hyperparameter_table
+
+    return sorted(name for name, cls in ALGORITHMS.items()
+                  if hyperparameter_table(name).default_loss in cls.classifier_losses)
+
+
 SOFTMAX_FIELDS: dict[str, Any] = {
     "if": {"required": ["loss"], "properties": {"loss": {"const": "softmax"}}},
     "then": {"anyOf": [{"required": ["n_classes"], "properties": {"n_classes": {"type": "integer"}}},
                        {"required": ["classes"], "properties": {"classes": {"type": "array"}}}]},
-    "else": {"if": {"required": ["loss"], "properties": {"loss": {"const": "squared"}}},
+    # loss squared, or no loss with a family whose default loss classifies (exact_ridge: squared, least squares)
+    "else": {"if": {"anyOf": [{"required": ["loss"], "properties": {"loss": {"const": "squared"}}},
+                              {"anyOf": [{"not": {"required": ["loss"]}}, {"properties": {"loss": {"const": None}}}],
+                               "required": ["algorithm"], "properties": {"algorithm": {"enum": _classifier_defaults()}}}]},
              "else": {"properties": {"n_classes": {"type": "null"}, "classes": {"type": "null"}}}},
 }
 

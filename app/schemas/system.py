@@ -28,6 +28,13 @@ class Algorithm(BaseModel):
     accounting: str
     needs_retained_data: bool
     guarantee: Guarantee
+    losses: list[str] = Field(description="The losses the family serves.")
+    default_loss: str = Field(description="The loss a model of this family gets when its spec names none.")
+    hyperparameters: dict[str, Any] = Field(description=(
+        "The JSON Schema (2020-12) of the family's hyperparameters: each knob's type, default (x-default: how a "
+        "default computed from the spec is found), range, description and when it applies; x-rules: the rules "
+        "across fields that the service checks at creation. Also in the OpenAPI document as "
+        "components/schemas/Hyperparameters_<name>."))
 
 
 class AlgorithmList(BaseModel):

@@ -112,8 +112,9 @@ class PredictRequest(Strict):
 
 class PredictResponse(_OmitNone):
     _omit = ("probabilities", "classes")
-    predictions: list[float] = Field(description="Per input: the label (logistic 0/1, softmax the class index) or "
-                                                 "the predicted value (squared, huber).")
+    predictions: list[int | float] = Field(description=(
+        "Per input: the label, an integer (logistic 0 or 1; softmax, or a least-squares classifier, the class "
+        "index), or the predicted value, a number (squared, huber)."))
     scores: list[float] = Field(description="Per input: the class-1 probability (logistic), the predicted class's "
                                             "probability (softmax), or the raw score.")
     version: int

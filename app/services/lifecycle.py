@@ -16,7 +16,8 @@ from ..errors import Problem
 from ..features import FeatureSpecError, normalize_spec
 from ..ids import new_id, utcnow
 from ..registry import (build_spec, request_budget, published_bytes, spec_to_json)
-from ..unlearning import (SpecError)
+from ..unlearning import (SpecError, check_new_hyperparameters)
+from .spec_hints import with_choices, with_default_loss
 from ..db.retained import SqlRetained
 from .idempotency import erase_model
 from .quotas import bump
@@ -37,9 +38,11 @@ class ModelLifecycle(UseCase):
                     "field": field, "pointer": "/" + field.replace(".", "/"), "loc": ["body", *field.split(".")],
                     "msg": str(e)}]) from None
         try:
+            payload = with_default_loss(payload)
+            check_new_hyperparameters(payload["algorithm"], payload["loss"], payload.get("hyperparameters"))
             spec = build_spec(payload, max_dim=self.settings.max_dim, budget=request_budget(self.settings))
         except SpecError as e:
-            raise spec_problem(e) from None
+            raise spec_problem(with_choices(e, payload, self.settings.max_dim, request_budget(self.settings))) from None
         engine = self.registry.new_engine(spec)
         if not all(np.isfinite(v) for v in engine.constants().values() if isinstance(v, (int, float))):
             # e.g. domain_radius near 1e308: D = 2R overflows; such a model could certify nothing (was served as null)

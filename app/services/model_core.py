@@ -84,19 +84,34 @@ def numeric_guard():
 
 
 def spec_problem(e: SpecError) -> Problem:
-    """422 invalid-model-spec naming the field to change (API path and JSON pointer) and its accepted range with
-    every other field as given (registry.locate), when one exists."""
-    field = getattr(e, "field", None)
+    """422 invalid-model-spec naming the field to change (API path and JSON pointer) and what it would accept with
+    every other field as given, where that was found: a numeric range (registry.locate), the values of a field of
+    few values that were each tried (spec_hints.with_choices), or the accepted hyperparameter names and the closest
+    to a misspelt one (the family's knob table)."""
+    field = getattr(e, "field", None) or (e.fields[0] if e.fields else None)
     accepted = getattr(e, "accepted", None)
+    values = getattr(e, "accepted_values", None)
     detail = str(e)
     if field is None:
         return Problem(422, "invalid-model-spec", detail)
     item: dict[str, Any] = {"field": field, "pointer": "/" + field.replace(".", "/"), "loc": ["body", *field.split(".")]}
-    if accepted is not None:
+    names = getattr(e, "accepted_names", None)
+    if names is not None:  # an unknown hyperparameter: the detail lists them and the closest
+        item["accepted"] = names
+        if getattr(e, "closest", None):
+            item["closest"] = e.closest  # type: ignore[attr-defined]
+    elif accepted is not None:
         item["minimum"], item["maximum"] = accepted
         detail += f". {field} is accepted in [{accepted[0]:.6g}, {accepted[1]:.6g}] with the other fields as given"
+    elif values:
+        item["accepted"] = values
+        shown = " or ".join(json.dumps(v) for v in values)
+        detail += f". With the other fields as given, {field} is accepted as {shown}"
+    elif getattr(e, "tried", False):
+        detail += (f". No value of {field} alone makes this specification valid (each was tried); change the fields "
+                   "it is combined with")
     else:
-        detail += f". No value of {field} alone makes this specification valid; change {field} or the fields it is combined with"
+        detail += f". Change {field} or the fields it is combined with"
     item["msg"] = detail
     return Problem(422, "invalid-model-spec", detail, errors=[item])
 

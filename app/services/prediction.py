@@ -70,13 +70,15 @@ class Prediction(UseCase):
             raise Problem(422, e.code, str(e)) from None
         if out.ndim == 2:  # softmax: K probabilities per input (losses.py)
             return self._predict_classes(pred, out, spec.classes, version)
-        return {"predictions": pred.tolist(), "scores": out.tolist(), "version": version}
+        # labels (logistic 0/1) are integers, as the model learned them; values (squared, huber) are numbers
+        labels = pred.astype(np.int64).tolist() if loss.predicts_labels else pred.tolist()
+        return {"predictions": labels, "scores": out.tolist(), "version": version}
 
     @staticmethod
     def _predict_classes(pred, probs, names, version: int) -> dict[str, Any]:
         """Softmax: the class index (and name, if declared), its probability and all K class probabilities."""
         index = pred.astype(np.int64)
-        out = {"predictions": pred.tolist(), "scores": probs[np.arange(len(index)), index].tolist(),
+        out = {"predictions": index.tolist(), "scores": probs[np.arange(len(index)), index].tolist(),
                "version": version, "probabilities": probs.tolist()}
         if names is not None:
             out["classes"] = [names[k] for k in index.tolist()]

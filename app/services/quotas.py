@@ -150,11 +150,25 @@ _WHAT = {"models": "live models", "records": "records held (learned and not forg
          "bytes": "bytes stored (estimated from the byte lengths of its states, records and retained examples)"}
 
 
+# what frees each quota (issue 40: the models quota's refusal suggested forgetting records, which frees no model);
+# tests/test_messages.py does each and sees the refused request accepted
+_FREES = {"models": "delete one of the tenant's models (DELETE /v1/models/{id}: its state and records are erased, "
+                    "with a signed erasure receipt); forgetting records does not free a model",
+          "records": "forget records the tenant holds (POST /v1/models/{id}/unlearn) or delete a model "
+                     "(DELETE /v1/models/{id}), which gives back every record it held",
+          "bytes": "delete a model (DELETE /v1/models/{id}), or forget records (POST /v1/models/{id}/unlearn), which "
+                   "frees what the model kept for them"}
+_FREED_BY = {"models": ["DELETE /v1/models/{id}"],
+             "records": ["POST /v1/models/{id}/unlearn", "DELETE /v1/models/{id}"],
+             "bytes": ["DELETE /v1/models/{id}", "POST /v1/models/{id}/unlearn"]}
+
+
 def quota_problem(name: str, limit: int, usage: int, requested: int) -> Problem:
     return Problem(409, "quota-exceeded",
                    f"This tenant's quota of {_WHAT[name]} is {limit}; it uses {usage} and this request needs "
-                   f"{requested} more. Nothing was changed: forget records or delete models, or ask the "
-                   "administrator to raise the quota.", quota=name, limit=limit, usage=usage, requested=requested)
+                   f"{requested} more. Nothing was changed: {_FREES[name]}; or ask the administrator to raise the "
+                   "quota (PUT /v1/tenants/{id}/quotas).", quota=name, limit=limit, usage=usage, requested=requested,
+                   freed_by=_FREED_BY[name])
 
 
 def audit_problem(limit: int, usage: int) -> Problem:
@@ -164,4 +178,4 @@ def audit_problem(limit: int, usage: int) -> Problem:
                    "records or models are accepted. Nothing was changed. Forgets and deletions are still answered; "
                    "the audit trail is never deleted, so only the administrator can make room, by raising the quota "
                    "(PUT /v1/tenants/{id}/quotas, audit_bytes).", quota="audit_bytes", limit=limit, usage=usage,
-                   requested=0)
+                   requested=0, freed_by=["PUT /v1/tenants/{id}/quotas"])

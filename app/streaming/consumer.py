@@ -53,6 +53,14 @@ class StreamMetrics:
         self.batch_seconds = Histogram("olu_stream_batch_seconds", "Time to apply, publish and ack one fetch",
                                        registry=r, buckets=(.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10))
 
+    def totals(self) -> dict[str, int]:
+        """What this process did: events applied, dead-lettered, already applied (duplicates), held back."""
+        def total(counter) -> int:
+            return int(sum(s.value for m in counter.collect() for s in m.samples if s.name.endswith("_total")))
+
+        return {"applied": total(self.applied), "dead-lettered": total(self.dead),
+                "duplicates": total(self.duplicates), "held back": total(self.held)}
+
 
 @dataclass
 class ConsumerConfig:

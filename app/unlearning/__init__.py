@@ -9,7 +9,9 @@ from .families.active import ActiveOLU
 from .families.descent_to_delete import DescentToDelete
 from .families.discard import DiscardAndRestart
 from .families.dp_tree import OnlineDPTree
+from .contract.knobs import KnobTable, check_knobs, knob_schema
 from .families.exact_ridge import ExactRidge
+from .families.hyperparameters import TABLES as HYPERPARAMETER_TABLES
 from .families.memory_pair import MemoryPair
 from .families.passive import PassiveOLU
 from .families.restart import PassiveOLURestart
@@ -30,6 +32,23 @@ def engine_class(algorithm: str) -> type[Unlearner]:
         return ALGORITHMS[algorithm]
     except KeyError:
         raise SpecError(f"unknown algorithm {algorithm!r}; available: {', '.join(sorted(ALGORITHMS))}") from None
+
+
+def hyperparameter_table(algorithm: str) -> KnobTable:
+    """The family's hyperparameter table (families/hyperparameters.py): its knobs, losses and rules."""
+    engine_class(algorithm)  # an unknown name: the same refusal as everywhere
+    return HYPERPARAMETER_TABLES[algorithm]
+
+
+def hyperparameter_schema(algorithm: str) -> dict:
+    """The JSON Schema of the family's ``hyperparameters`` (contract/knobs.py ``knob_schema``)."""
+    return knob_schema(algorithm, hyperparameter_table(algorithm))
+
+
+def check_new_hyperparameters(algorithm: str, loss: str, hyperparameters) -> None:
+    """A new model's loss and hyperparameters against the family's table: unknown names (with the closest accepted
+    one), types, choices, ranges and knobs that do not apply are refused with a ``SpecError`` naming the field."""
+    check_knobs(algorithm, hyperparameter_table(algorithm), loss, hyperparameters or {})
 
 
 def warm_kernels(background: bool = True) -> None:
@@ -54,7 +73,7 @@ def kernels_status() -> str:
 
 
 __all__ = [
-    "ALGORITHMS", "ArrayRetained", "CapacityExhausted", "Certificate", "ForgetError", "InputError", "ModelSpec", "NotDeletable", "NoiseSource",
+    "ALGORITHMS", "ArrayRetained", "check_new_hyperparameters", "hyperparameter_schema", "hyperparameter_table", "CapacityExhausted", "Certificate", "ForgetError", "InputError", "ModelSpec", "NotDeletable", "NoiseSource",
     "SecureGaussianNoise", "SeededNoise", "SpecError", "Unlearner", "engine_class", "kernels_status", "validate_examples",
     "warm_kernels",
 ]

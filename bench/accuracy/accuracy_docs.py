@@ -8,7 +8,7 @@ from typing import Any
 from .accuracy import COLUMNS, _cell
 
 # ---- docs --------------------------------------------------------------------------------------------------
-# The recommendation for each situation and forgetting regime (README decision table, ``olu demo``), checked by
+# The recommendation for each situation and forgetting regime (the decision table of docs/families.md, ``olu demo``), checked by
 # ``targets``: whether the service may keep the examples, then the column of the table.
 RECOMMENDED = {
     "keep data": {"end 1 record": "active_olu", "during 1 record": "active_olu",

@@ -104,8 +104,10 @@ function renderSignIn(main) {
       session.set(key);
       input.value = '';
       await startMonitor();
+      // a changed hash routes through its hashchange event; routing here as well would render the page twice,
+      // the second render replacing the first while it is read
       if (!window.location.hash || window.location.hash === '#/signin') window.location.hash = '#/';
-      route();
+      else route();
     } catch (err) {
       session.clear();
       error.textContent = !(err instanceof ApiError) ? `The service could not be reached: ${err.message}`

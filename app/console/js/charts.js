@@ -25,14 +25,29 @@ function fmtAxis(_u, values) {
   return values.map((v) => (v === null ? '' : Math.abs(v) > 0 && Math.abs(v) < 1e-3 ? v.toExponential(0) : String(Number(v.toPrecision(3)))));
 }
 
+// deletions are counted: ticks at whole numbers only (uPlot's default steps put one at 1.5 deletions)
+const WHOLE = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000];
+function whole(_u, values) {
+  return values.map((v) => (v === null || !Number.isInteger(v) ? '' : String(v)));
+}
+const xAxis = { label: 'deletion (in log order)', incrs: WHOLE, values: whole };
+
+// the legend shows the last deletion's values until the pointer is over the plot, and again when it leaves
+// (uPlot's legend shows "--" without a cursor)
+function latestInLegend(u) {
+  if (u.cursor.idx === null || u.cursor.idx === undefined) u.setLegend({ idx: u.data[0].length - 1 });
+}
+
 function plot(container, opts, data) {
   if (!window.uPlot) {
     container.append(h('p', { class: 'muted', text: 'The charting library did not load; the numbers are in the table below.' }));
     return null;
   }
   const width = Math.max(320, container.clientWidth || 720);
-  const chart = new window.uPlot({ width, height: 280, ...opts }, data, container);
+  const hooks = { ready: [latestInLegend], setCursor: [latestInLegend] };
+  const chart = new window.uPlot({ width, height: 280, hooks, ...opts }, data, container);
   chart.root.setAttribute('role', 'img');
+  container.chart = chart;  // the tests read its axes and legend
   charts.add(chart);
   return chart;
 }
@@ -51,11 +66,16 @@ export function privacyChart(container, points, { rhoBudget = null, epsilonTarge
     { label: 'ε spent', stroke: epsColor, width: 2, scale: 'eps', points: { show: points.length <= 40 } },
   ];
   const data = [x, rho, eps];
-  if (rhoBudget !== null) {
+  if (rhoBudget !== null && epsilonTarget !== null) {
+    // the rho budget is the target epsilon's conversion (at the model's delta): on their two scales the two dashed
+    // lines were drawn on top of each other, so they are one line, both values in its legend
+    series.push({ label: 'ρ budget = ε target', stroke: rhoColor, width: 1.5, dash: [6, 4], scale: 'rho',
+      points: { show: false }, value: (_u, v) => (v === null ? '' : `ρ ${fmtAxis(null, [v])[0]} ↔ ε ${fmtAxis(null, [epsilonTarget])[0]}`) });
+    data.push(x.map(() => rhoBudget));
+  } else if (rhoBudget !== null) {
     series.push({ label: 'ρ budget', stroke: rhoColor, width: 1.5, dash: [6, 4], scale: 'rho', points: { show: false } });
     data.push(x.map(() => rhoBudget));
-  }
-  if (epsilonTarget !== null) {
+  } else if (epsilonTarget !== null) {
     series.push({ label: 'ε target', stroke: epsColor, width: 1.5, dash: [2, 4], scale: 'eps', points: { show: false } });
     data.push(x.map(() => epsilonTarget));
   }
@@ -67,7 +87,7 @@ export function privacyChart(container, points, { rhoBudget = null, epsilonTarge
       eps: { range: () => [0, top(eps.concat(epsilonTarget === null ? [] : [epsilonTarget]))] },
     },
     axes: [
-      { label: 'deletion (in log order)', stroke: css('--fg', '#111') },
+      { ...xAxis, stroke: css('--fg', '#111') },
       { scale: 'rho', label: 'ρ (zCDP)', stroke: rhoColor, values: fmtAxis, size: 60 },
       { scale: 'eps', label: 'ε', side: 1, stroke: epsColor, values: fmtAxis, size: 60, grid: { show: false } },
     ],
@@ -83,7 +103,7 @@ export function capacityChart(container, points, capacityTotal) {
     title: `Deletion capacity (${capacityTotal} in total)`,
     scales: { x: { time: false, range: (_u, lo, hi) => [Math.min(lo, 1), Math.max(hi, lo + 1)] },
       y: { range: () => [0, capacityTotal * 1.05 || 1] } },
-    axes: [{ label: 'deletion (in log order)' }, { label: 'deletions left', size: 60 }],
+    axes: [xAxis, { label: 'deletions left', size: 60, incrs: WHOLE, values: whole }],
     series: [
       { label: 'deletion' },
       { label: 'capacity left', stroke: color, width: 2, paths: window.uPlot.paths.stepped({ align: 1 }), points: { show: points.length <= 40 } },

@@ -152,7 +152,8 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         a_ogd = checks.squared("eta_1 L", eta_1 * eng.L, *gamma, "domain_radius")
         checks.squared("update_norm", update_norm_bound(R, max(a_ogd, eng.eta_gd * eng.L)), *gamma, "domain_radius")
         a_max = max(a_ogd, eng.D)
-        mult = checks.finite("noise_multiplier(N_MAX)", lambda: eng.noise_multiplier(N_MAX), *eps, positive=True)
+        mult = checks.finite("noise_multiplier(N_MAX)", lambda: eng.noise_multiplier(N_MAX), "hyperparameters.omega",
+                             *eps, positive=True)
         sigma = checks.squared("sigma(N_MAX)", mult * a_max, *eps, *gamma)
         checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.n_params), *eps, "domain_radius", *gamma)
         # the discrete release (release.py) of the first deletion draws within int64; later ones, whose multiplier

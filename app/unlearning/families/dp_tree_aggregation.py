@@ -34,13 +34,15 @@ def cks20_epsilon_from_order(rho: float, delta: float, min_order: float = 2.0) -
 
     lo = math.log(min_order - 1.0)
     s = np.linspace(lo, lo + 40.0, 4001)
-    for _ in range(3):
-        e = eps(s)
-        i = int(np.argmin(e))
-        best = float(e[i])
-        step = s[1] - s[0]
-        s = np.linspace(max(lo, s[i] - step), s[i] + step, 401)
-    return float(np.nextafter(best, np.inf) * (1.0 + 1e-12))
+    with np.errstate(over="ignore"):  # a rho near the float range: alpha rho is +inf at some orders, a valid bound
+        for _ in range(3):
+            e = eps(s)
+            i = int(np.argmin(e))
+            best = float(e[i])
+            step = s[1] - s[0]
+            s = np.linspace(max(lo, s[i] - step), s[i] + step, 401)
+    out = math.nextafter(best, math.inf) * (1.0 + 1e-12)  # Python floats: +inf past the range, no warning
+    return out if math.isfinite(out) else math.inf  # no finite epsilon: the caller refuses such a budget
 
 
 class TreeAggregator:

@@ -136,7 +136,8 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
             checks.finite("Delta", bound["Delta"], *mu_f, "domain_radius")
         checks.finite("rho", spec.rho, *eps, positive=True)
         checks.finite("sigma(1)", lambda: eng.noise_multiplier(1) * 2.0 * B, *eps, positive=True)
-        mult = checks.finite("noise_multiplier(last)", lambda: eng.noise_multiplier(N_MAX), *eps, positive=True)
+        mult = checks.finite("noise_multiplier(last)", lambda: eng.noise_multiplier(N_MAX),
+                             "hyperparameters.omega", *eps, positive=True)
         sigma = checks.squared("sigma(last)", mult * 2.0 * B, *eps, *mu_f, positive=True)
         checks.squared("noise_norm", noise_norm_bound(R, sigma, spec.n_params), *eps, "domain_radius")
         # the first deletion's discrete release draws within int64; later ones are refused at runtime once they

@@ -248,6 +248,11 @@ class Loss:
             return X @ W[:, :-1].T + W[:, -1]
         return X @ theta[:-1] + theta[-1]
 
+    @property
+    def predicts_labels(self) -> bool:
+        """Whether its predictions are class labels (logistic 0/1, a classifier's index), served as integers."""
+        return self.name in ("logistic", "softmax") or bool(self.n_classes)
+
     def predict(self, scores: np.ndarray) -> np.ndarray:
         if self.name == "softmax":
             return np.argmax(scores, axis=1).astype(np.float64)
