@@ -34,22 +34,33 @@ def details(ledger: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in ledger.items() if k not in STANDARD and (v is None or isinstance(v, (int, float, str, bool)))}
 
 
+def _spent(ledger: dict[str, Any], delta: float) -> tuple[float, float, str]:
+    """(epsilon, delta, conversion) of what the ledger has spent: a ledger that has spent nothing (every forget of an
+    exact family, a noise model before its first forget) is (0, 0) with no conversion, as its receipts state
+    (app/services/receipt_figures.py); else epsilon at the model's delta by the ledger's conversion."""
+    eps = epsilon_spent(ledger, delta)
+    if not (float(ledger.get("rho_spent") or 0.0) > 0.0 or eps > 0.0):
+        return 0.0, 0.0, "none"
+    return eps, delta, ledger.get("conversion", CONVERSION)
+
+
 def ledger_summary(ledger: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     ledger = _with_book(ledger)
+    eps, delta, _ = _spent(ledger, spec["delta"])
     return {
         "accounting": ledger["accounting"], "rho_spent": ledger["rho_spent"], "rho_budget": ledger.get("rho_budget"),
-        "epsilon": epsilon_spent(ledger, spec["delta"]), "delta": spec["delta"],
+        "epsilon": eps, "delta": delta,
         "capacity_left": ledger.get("capacity_left"), "details": details(ledger),
     }
 
 
 def ledger_view(row, ledger: dict[str, Any], spec: dict[str, Any], entries) -> dict[str, Any]:
     ledger = _with_book(ledger)
+    eps, delta, conversion = _spent(ledger, spec["delta"])
     return {
         "model_id": row.id, "epoch": row.epoch, "accounting": ledger["accounting"],
         "rho_spent": ledger["rho_spent"], "rho_budget": ledger.get("rho_budget"),
-        "epsilon": epsilon_spent(ledger, spec["delta"]), "delta": spec["delta"],
-        "conversion": ledger.get("conversion", CONVERSION),
+        "epsilon": eps, "delta": delta, "conversion": conversion,
         "capacity_total": ledger.get("capacity_total"), "capacity_left": ledger.get("capacity_left"),
         "entries": [{"receipt_id": e.receipt_id, "kind": e.kind, "step": e.step, "sigma": e.sigma, "rho": e.rho}
                     for e in entries],
