@@ -15,7 +15,6 @@ from ..errors import Problem
 from ..ids import utcnow
 from ..registry import (loss_for, spec_from_json)
 from ..unlearning import (InputError, validate_examples)
-from ..db.retained import SqlRetained
 from . import book
 from .records import commitment_digests, example_mac
 from .model_core import (UseCase, class_indices, numeric_guard)
@@ -58,7 +57,7 @@ class Learning(UseCase):
             if left is not None and len(ids) > left:
                 raise Problem(409, "horizon-reached", f"The model was created for a horizon of {engine.step + left} "
                               f"examples and has learned {engine.step}: it can learn {left} more.")
-            store = self._reader(work, row, spec.dim) if engine.needs_retained_data else None
+            store = self._reader(work, row, engine) if engine.needs_retained_data else None
 
             def compute():
                 with numeric_guard():
@@ -72,9 +71,9 @@ class Learning(UseCase):
                 self._confirm(s, row)  # the state the engine computed from is still the model's
                 batch_id = self.records.insert(s.connection(), probe, tenant_id, steps, macs, now)
                 if store is not None:
-                    SqlRetained(s, model_id, spec.dim, self.registry.cipher).add(steps, Xv, yv)
+                    self._retained(s, row, engine).add(steps, Xv, yv)
                 old_bytes = row.bytes_stored
-                self._store(s, row, engine, now, n_records=row.n_records + len(ids))
+                self._store(s, row, engine, now, learned=(Xv, yv), n_records=row.n_records + len(ids))
                 # under the tenant's row lock: concurrent learns of the tenant's models do not pass a quota together
                 self.quotas.check_locked(s, tenant_id, {"records": len(ids), "bytes": row.bytes_stored - old_bytes})
                 result = {"accepted": len(ids), "first_step": int(steps[0]), "last_step": int(steps[-1]),
@@ -119,7 +118,7 @@ class Learning(UseCase):
                 raise Problem(409, "retrain-not-supported", f"{row.algorithm} keeps no data to retrain on; "
                               "its forgets never need a retrain (one its analysis cannot certify restarts the "
                               "model exactly).")
-            store = self._reader(work, row, json.loads(row.spec_json)["dim"])
+            store = self._reader(work, row, engine)
 
             def compute():
                 with numeric_guard():

@@ -23,14 +23,15 @@ from sqlalchemy.dialects.postgresql import ARRAY as PG_ARRAY
 
 from ..db.session import Database
 from ..db.record_batches import Found, RecordBook
-from ..db.tables import Model, ModelState, Record, Tenant
+from ..db import state_log
+from ..db.tables import Model, Record, Tenant
 from ..errors import Problem
 from ..features import FeatureError, dense_rows
 from ..ids import id_pattern
 from ..registry import (ModelRegistry, published_bytes)
 from ..unlearning.contract.errors import NumericError
 from ..unlearning import (SpecError, Unlearner)
-from ..db.retained import ShortReadRetained
+from ..db.retained import ShortReadRetained, SqlRetained
 from .concurrency import ATTEMPTS, ModelGates, Moved, conflict_problem
 from .ledger import ledger_summary
 from .quotas import Quotas, bump, model_bytes, record_bytes
@@ -141,8 +142,6 @@ _SELECT_FORGOTTEN_ANY = select(*_FORGOTTEN_COLUMNS).where(
     _RECORDS.c.lookup == any_(bindparam("keys", type_=PG_ARRAY(BigInteger))))
 _INSERT_FORGOTTEN = insert(_RECORDS)
 _RECORD_KEY = select(Tenant.__table__.c.record_key).where(Tenant.__table__.c.id == bindparam("tid"))
-_STORE_STATE = update(ModelState.__table__).where(ModelState.__table__.c.model_id == bindparam("mid")).values(
-    version=bindparam("version"), blob=bindparam("blob"))
 
 
 def _forgotten(s, model_id: str, commits: Sequence[str], lookups: Sequence[int]) -> dict[str, str | None]:
@@ -315,9 +314,14 @@ class UseCase:
         if found is None or found[0] != row.version or found[1] != row.status:
             raise Moved()
 
-    def _reader(self, work, row: _ModelRow, dim: int) -> ShortReadRetained:
+    def _reader(self, work, row: _ModelRow, engine: Unlearner) -> ShortReadRetained:
         """The model's retained examples for a computation made outside any transaction."""
-        return ShortReadRetained(self.db, row.id, dim, self.registry.cipher, check=work.check)
+        return ShortReadRetained(self.db, row.id, engine.spec.dim, self.registry.cipher, check=work.check,
+                                 groups=engine.retained_groups)
+
+    def _retained(self, s, row: _ModelRow, engine: Unlearner) -> SqlRetained:
+        """The model's retained examples in the write transaction ``s``."""
+        return SqlRetained(s, row.id, engine.spec.dim, self.registry.cipher, groups=engine.retained_groups)
 
     def view(self, row: Model) -> dict[str, Any]:
         spec = json.loads(row.spec_json)
@@ -375,12 +379,14 @@ class UseCase:
         return key
 
     def _checkout(self, s, row: _ModelRow) -> Unlearner:
-        def load_blob() -> bytes:
-            return s.execute(select(ModelState.blob).where(ModelState.model_id == row.id)).scalar_one()
+        return self.registry.checkout(row.id, row.version, row.spec_json,
+                                      lambda: state_log.load(s, self.registry.cipher, row.id))
 
-        return self.registry.checkout(row.id, row.version, row.spec_json, load_blob)
-
-    def _store(self, s, row: _ModelRow, engine: Unlearner, now, book: Any = _KEEP, **fields: Any) -> None:
+    def _store(self, s, row: _ModelRow, engine: Unlearner, now, book: Any = _KEEP, learned: tuple | None = None,
+               **fields: Any) -> None:
+        """Write the model row and the engine's state at the next version, in the write transaction ``s``: a delta
+        when ``learned`` (the batch a learn consumed) is one the stored state may log, else a new base that
+        replaces the log (app/state_store.py)."""
         if book is _KEEP:
             book = json.loads(row.ledger_json).get("book")
         row.version += 1
@@ -393,8 +399,12 @@ class UseCase:
         row.ledger_json = json.dumps({**engine.ledger(), "book": book})
         for k, v in fields.items():
             setattr(row, k, v)
-        blob = self.registry.dump(engine, row.id)
-        row.bytes_stored = model_bytes(len(blob), row.n_records - row.n_forgotten, self.core.record_bytes(engine))
+        write = self.registry.plan_write(engine, row.id, row.version, learned)
+        row.bytes_stored = model_bytes(write.info.stored, row.n_records - row.n_forgotten,
+                                       self.core.record_bytes(engine))
         row.flush(s)
-        # Core on the connection: no ORM autoflush of the model row here
-        s.connection().execute(_STORE_STATE, {"mid": row.id, "version": row.version, "blob": blob})
+        if write.kind == "base":
+            before = self.registry.stored_of(engine)
+            state_log.rebase(s, row.id, row.version, write.payload, None if before is None else before.count)
+        else:
+            state_log.append(s, self.registry.cipher, row.id, row.version, write.kind, write.payload)

@@ -19,6 +19,11 @@ from .families.second_order import SecondOrderOLU
 from .families.sisa import SISA
 from .mechanism.noise import NoiseSource, SecureGaussianNoise, SeededNoise
 
+# Issue 36 item 1 wiring (to move into ExactRidge's class body when issue 36 item 5's exact_ridge.py lands): its
+# learn adds exact integer sums, so batches learned one after another equal their concatenation bit for bit and the
+# service may log a learn as its batch (Unlearner.learn_replays_exactly; tests/test_state_log.py checks the claim).
+ExactRidge.learn_replays_exactly = True
+
 ALGORITHMS: dict[str, type[Unlearner]] = {
     cls.algorithm: cls for cls in (PassiveOLU, PassiveOLURestart, ActiveOLU, RetrainOGD, DescentToDelete, RewindToDelete,
                                MemoryPair, DiscardAndRestart, OnlineDPTree, SecondOrderOLU, SISA, ExactRidge)

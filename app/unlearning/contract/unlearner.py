@@ -193,6 +193,12 @@ class Unlearner(ABC):
         """Public accounting: rho_spent, rho_budget, capacity_total, capacity_left, deletions."""
 
     supports_retrain: ClassVar[bool] = False
+    # Issue 36 item 1: True when ``learn`` is a deterministic function of the state and the batch (no noise, no
+    # retained data read) and learning batches one after another gives, bit for bit, the state of learning them
+    # concatenated in one call (exact integer sums).  The service then stores a learn as the batch itself (sealed;
+    # a few kB) instead of the whole state, and rebuilds a version by re-learning the batches logged since the last
+    # full state (app/db/state_log.py); every forget folds that log into a full state again.
+    learn_replays_exactly: ClassVar[bool] = False
 
     def accounting_params(self) -> dict[str, Any] | None:
         """Parameters of the ledger policy in ``app.privacy`` that this model's Gaussian certificates must fit
@@ -222,6 +228,13 @@ class Unlearner(ABC):
     def records_held(self) -> int | None:
         """The records this model keeps now (families that keep data; None for the others)."""
         return None
+
+    def retained_groups(self, steps: np.ndarray) -> np.ndarray:
+        """The public group of each retained step (int64, like ``steps``): the store seals a group's records together
+        (issue 36 item 2), so that a replay reading one group (sisa: one shard) reads and decrypts only its records.
+        A pure function of the step and the spec, never of data; it is part of the stored layout, so it must not
+        change for an existing spec.  The default puts every record in group 0."""
+        return np.zeros(len(steps), dtype=np.int64)
 
     def restart_steps(self, steps: np.ndarray) -> tuple[int, int] | None:
         """Of the steps a ``learn`` call just assigned, the (first, last) range whose forget will discard the

@@ -127,6 +127,10 @@ class SISA(ExactOGD):
         """The shard of a global step (an int, or an int64 array of steps)."""
         return (step - 1) % self.shards
 
+    def retained_groups(self, steps: np.ndarray) -> np.ndarray:
+        """The retained store keeps each shard's records together: a forget reads one shard's (issue 36 item 2)."""
+        return self.shard_of(np.asarray(steps, dtype=np.int64))
+
     def position(self, step):
         """The step's 1-based position j in its shard: its clock there (eta_j); an int or an int64 array."""
         return (step - 1) // self.shards + 1
