@@ -26,9 +26,9 @@ def request_budget(settings) -> Budget:
 def _excess(cost: Cost, budget: Budget) -> list[tuple[str, float, float, tuple[str, ...]]]:
     """(what, amount, limit, fields) for each figure of one request over the budget."""
     out = []
+    # an exact retrain is not one request's work: beyond the budget it runs as a long operation (issue 36)
     for what, value, fields in (("learn", cost.learn, cost.learn_fields),
-                                ("forget of one record", cost.forget, cost.forget_fields),
-                                ("exact retrain", cost.retrain, cost.forget_fields)):
+                                ("forget of one record", cost.forget, cost.forget_fields)):
         if not value <= budget.work:
             out.append((what, value, budget.work, fields))
     biggest = max(cost.array_bytes, 16.0 * cost.solve * cost.solve)  # a dense p x p system and LAPACK's copy
@@ -78,12 +78,30 @@ def _budget_range(cls, spec: ModelSpec, budget: Budget, fields: Sequence[str]) -
     return None, None
 
 
+def core_time(units: float) -> str:
+    """Work units as the time of one core of the reference machine (one unit ~ 1 ns): "about 3.2 s of one core"."""
+    seconds = units * 1e-9
+    if not seconds < 1e6:
+        return "more than 10^6 s of one core"
+    text = (f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3
+            else f"{seconds * 1e6:.3g} us")
+    return f"about {text} of one core"
+
+
+def work_text(units: float) -> str:
+    """"about 3.2e+09 work units (about 3.2 s of one core)"."""
+    return f"about {units:.3g} work units ({core_time(units)})"
+
+
 def _refusal(cls, spec: ModelSpec, budget: Budget, what: str, amount: float, limit: float,
              fields: Sequence[str], hint: str = "") -> SpecError:
-    unit = "bytes" if what == "largest array" else "work units (about ns of one core)"
-    err = SpecError(f"{spec.algorithm}: one {what} would take about {amount:.3g} {unit}, over the service's "
-                    f"per-request budget of {limit:.3g} (OLU_MAX_REQUEST_{'MEMORY' if unit == 'bytes' else 'WORK'}); "
-                    f"lower {' or '.join(fields[:3])}{hint}", fields=fields)
+    if what == "largest array":
+        amount_text, limit_text, setting = f"about {amount:.3g} bytes", f"{limit:.3g} bytes", "OLU_MAX_REQUEST_MEMORY"
+    else:
+        amount_text, limit_text, setting = work_text(amount), work_text(limit)[6:], "OLU_MAX_REQUEST_WORK"
+    err = SpecError(f"{spec.algorithm}: one {what} would take {amount_text}, over the service's per-request budget "
+                    f"of {limit_text} (the setting {setting} raises it); lower {' or '.join(fields[:3])}{hint}",
+                    fields=fields)
     err.field, err.accepted = _budget_range(cls, spec, budget, fields)
     return _located(err, fields)
 
@@ -134,7 +152,8 @@ def check_budget(cls: type[Unlearner], spec: ModelSpec, budget: Budget) -> Model
         def make(k: int | None) -> SpecError:
             field = f"hyperparameters.{key}"
             e = SpecError(f"{spec.algorithm}: a {what} of {hp.get(key)} would exceed the per-request work budget of "
-                          f"{budget.work:.3g} work units (OLU_MAX_REQUEST_WORK)", fields=(field,))
+                          f"{work_text(budget.work)[6:]} (the setting OLU_MAX_REQUEST_WORK raises it)",
+                          fields=(field,))
             e.field, e.accepted = field, (None if k is None else (1.0, float(k)))
             return _located(e)
         return make

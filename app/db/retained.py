@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import os
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Collection, Iterable, Iterator, Sequence
 
 import numpy as np
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import bindparam, delete, func, insert, select
 
@@ -55,6 +57,7 @@ _BODY = (select(_C.c.id, _C.c.grp, _C.c.steps, _C.c.sealed, _K.c.wrapped)
 _BODY_OF = _BODY.where(_C.c.id.in_(bindparam("ids", expanding=True)))
 
 Groups = Callable[[np.ndarray], np.ndarray]
+_PREFETCH = ThreadPoolExecutor(max_workers=4, thread_name_prefix="olu-retained-read")
 
 
 def _one_group(steps: np.ndarray) -> np.ndarray:
@@ -108,17 +111,21 @@ def open_chunk(cipher, model_id: str, dim: int, chunk_id: str, grp: int, step_by
     data_key = cipher.open(wrapped, PURPOSE, f"{model_id}:{chunk_id}")
     if len(data_key) != KEY:  # an unsealed (legacy) value is never accepted as a key
         raise DecryptionError(f"retained chunk key of {model_id}:{chunk_id} is not a sealed data key")
-    step_bytes, sealed = bytes(step_bytes), bytes(sealed)
-    try:
-        plain = AESGCM(data_key).decrypt(sealed[:NONCE], sealed[NONCE:], _aad(model_id, chunk_id, grp, step_bytes))
-    except Exception:  # InvalidTag: never echo key bytes
-        raise DecryptionError(f"retained chunk {model_id}:{chunk_id} does not authenticate") from None
+    step_bytes, sealed = bytes(step_bytes), memoryview(sealed)
     steps = np.frombuffer(step_bytes, dtype="<i8")
     n, d = len(steps), int(dim)
-    if len(plain) != 8 * n * (d + 1):
+    if len(sealed) != NONCE + 8 * n * (d + 1) + TAG:
         raise DecryptionError(f"retained chunk {model_id}:{chunk_id} does not match the model's dimension")
-    X = np.frombuffer(plain, dtype="<f8", count=n * d).reshape(n, d)
-    y = np.frombuffer(plain, dtype="<f8", offset=8 * n * d)
+    plain = np.empty(n * (d + 1), dtype="<f8")
+    try:  # straight into the array the rows are read from: a chunk of megabytes is not copied on the way
+        AESGCM(data_key).decrypt_into(bytes(sealed[:NONCE]), sealed[NONCE:],
+                                      _aad(model_id, chunk_id, grp, step_bytes), plain.view(np.uint8))
+    except InvalidTag:  # never echo key bytes
+        raise DecryptionError(f"retained chunk {model_id}:{chunk_id} does not authenticate") from None
+    X, y = plain[: n * d].reshape(n, d), plain[n * d :]
+    steps = steps.copy()[:]  # a view of memory of its own (the engine's compiled loops re-view it writable)
+    for a in (steps, X, y):
+        a.flags.writeable = False  # shared by a computation's passes (and cached): readers never change them
     return Chunk(chunk_id, int(grp), steps, X, y)
 
 
@@ -149,6 +156,11 @@ class SqlRetained:
                 out[row[0]] = self._opened(row)
         return out
 
+    def _group_metas(self, g: int | None, lo: int, hi: int) -> list:
+        """(id, grp, first, last, n) of the chunks of group ``g`` (None: any group) meeting steps [lo, hi]."""
+        q = _META.where(_C.c.model_id == self.model_id, _C.c.last_step >= lo, _C.c.first_step <= hi)
+        return self._rows(q if g is None else q.where(_C.c.grp == g))
+
     def _covering(self, steps: np.ndarray) -> list[str]:
         """The ids of the chunks holding any of ``steps`` (sorted, unique): per group, the chunks whose step range
         meets the steps' range, kept when one of the steps falls inside it."""
@@ -156,31 +168,61 @@ class SqlRetained:
         ids: list[str] = []
         for g in [None] if groups is None else np.unique(groups).tolist():
             mine = steps if g is None else steps[groups == g]
-            q = _META.where(_C.c.model_id == self.model_id, _C.c.last_step >= int(mine[0]),
-                            _C.c.first_step <= int(mine[-1]))
-            for cid, _grp, first, last, _n in self._rows(q if g is None else q.where(_C.c.grp == g)):
+            for cid, _grp, first, last, _n in self._group_metas(g, int(mine[0]), int(mine[-1])):
                 k = int(np.searchsorted(mine, first))
                 if k < len(mine) and mine[k] <= last:
                     ids.append(cid)
         return ids
 
     def get(self, steps: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        wanted = np.asarray([int(t) for t in steps], dtype=np.int64)
+        wanted = np.asarray(steps, dtype=np.int64).reshape(-1)
         if not len(wanted):
             return np.zeros((0, self.dim)), np.zeros(0)
-        chunks = list(self._load(self._covering(np.unique(wanted))).values())
+        ordered = bool(np.all(wanted[1:] > wanted[:-1]))
+        uniq = wanted if ordered else np.unique(wanted)
+        chunks = sorted(self._load(self._covering(uniq)).values(), key=lambda c: int(c.steps[0]))
+        pieces_X, pieces_y, found = [], [], 0
+        taken = np.zeros(len(uniq), dtype=bool)
+        for c in chunks:  # each chunk gives the wanted steps it holds: a slice where they are consecutive rows
+            lo, hi = np.searchsorted(uniq, c.steps[0]), np.searchsorted(uniq, c.steps[-1], side="right")
+            if hi <= lo:
+                continue
+            want = uniq[lo:hi]
+            idx = np.searchsorted(c.steps, want)
+            ok = (idx < len(c.steps))
+            ok[ok] = c.steps[idx[ok]] == want[ok]
+            if not ok.all() or taken[lo:hi].any():
+                if taken[lo:hi].any():  # several groups' chunks interleave: fall back to the general gather
+                    return self._gather(chunks, wanted)
+                continue
+            taken[lo:hi] = True
+            found += hi - lo
+            if idx[-1] - idx[0] == len(idx) - 1:
+                pieces_X.append(c.X[idx[0] : idx[-1] + 1])
+                pieces_y.append(c.y[idx[0] : idx[-1] + 1])
+            else:
+                pieces_X.append(c.X[idx])
+                pieces_y.append(c.y[idx])
+        if found != len(uniq):
+            return self._gather(chunks, wanted)
+        X = pieces_X[0].copy() if len(pieces_X) == 1 else np.concatenate(pieces_X)
+        y = pieces_y[0].copy() if len(pieces_y) == 1 else np.concatenate(pieces_y)
+        if ordered:
+            return X, y
+        at = np.searchsorted(uniq, wanted)
+        return X[at], y[at]
+
+    @staticmethod
+    def _gather(chunks: list[Chunk], wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not chunks:
             raise KeyError(f"steps not retained: {wanted[:5].tolist()}")
         held = np.concatenate([c.steps for c in chunks])
         order = np.argsort(held, kind="stable")
-        pos = np.searchsorted(held[order], wanted)
-        pos = np.minimum(pos, len(held) - 1)
+        pos = np.minimum(np.searchsorted(held[order], wanted), len(held) - 1)
         missing = held[order][pos] != wanted
         if missing.any():
             raise KeyError(f"steps not retained: {wanted[missing][:5].tolist()}")
         idx = order[pos]
-        if len(chunks) == 1:
-            return chunks[0].X[idx], chunks[0].y[idx]
         return np.concatenate([c.X for c in chunks])[idx], np.concatenate([c.y for c in chunks])[idx]
 
     def _metas(self) -> list:
@@ -190,22 +232,25 @@ class SqlRetained:
         """(steps, X, y) in step order, at most ``size`` records each, skipping ``exclude``.  Chunks are opened in
         order of their first step; the records of several groups interleave, so those below the next chunk's first
         step are final and given out (a model of one group never waits)."""
-        skip = np.fromiter((int(t) for t in exclude), dtype=np.int64)
+        skip = np.unique(np.fromiter((int(t) for t in exclude), dtype=np.int64))
         metas = self._metas()
         size = max(1, int(size))
+        batches, batch, budget = [], [], 16 << 20  # open a few chunks per query (about 16 MiB of rows)
+        for m in metas:
+            batch.append(m[0])
+            budget -= 8 * int(m[4]) * (self.dim + 2)
+            if budget <= 0 or len(batch) >= IN_CHUNK:
+                batches.append(batch)
+                batch, budget = [], 16 << 20
+        if batch:
+            batches.append(batch)
+        loaded = self._opened_batches(batches)
+        opened: dict[str, Chunk] = {}
         pending: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        batch_ids: list[str] = []
-        loaded: dict[str, Chunk] = {}
         for i, meta in enumerate(metas):
-            if meta[0] not in loaded:  # open the next few chunks in one query (about 16 MiB of rows)
-                batch_ids, budget = [], 16 << 20
-                for m in metas[i:]:
-                    batch_ids.append(m[0])
-                    budget -= 8 * int(m[4]) * (self.dim + 2)
-                    if budget <= 0 or len(batch_ids) >= IN_CHUNK:
-                        break
-                loaded = self._load(batch_ids)
-            c = loaded.pop(meta[0], None)
+            if meta[0] not in opened:
+                opened = next(loaded, {})
+            c = opened.pop(meta[0], None)
             if c is None:  # removed since the listing (another writer): this computation's result is discarded
                 continue
             bound = metas[i + 1][2] if i + 1 < len(metas) else None
@@ -224,6 +269,10 @@ class SqlRetained:
             yield from _pieces(ready, size, skip)
         if pending is not None:
             yield from _pieces(pending, size, skip)
+
+    def _opened_batches(self, batches: list[list[str]]) -> Iterator[dict[str, Chunk]]:
+        for ids in batches:
+            yield self._load(ids)
 
     # ---- writing (in the write transaction) ---------------------------------------------------------------------
     def _insert(self, rows: list[dict], keys: list[dict]) -> None:
@@ -247,6 +296,15 @@ class SqlRetained:
             keys.append(key)
         return rows, keys
 
+    def _small_tails(self, groups: list[int], small: int) -> dict[int, Chunk]:
+        """Per group among ``groups``, its last chunk (highest steps) when it holds fewer than ``small`` records."""
+        last = (select(_C.c.grp, func.max(_C.c.last_step).label("last"))
+                .where(_C.c.model_id == self.model_id, _C.c.grp.in_(groups)).group_by(_C.c.grp).subquery())
+        tails = self._rows(select(_C.c.id, _C.c.n).select_from(_C.join(
+            last, (_C.c.grp == last.c.grp) & (_C.c.last_step == last.c.last)))
+            .where(_C.c.model_id == self.model_id, _C.c.n < small))
+        return {c.grp: c for c in self._load([cid for cid, _ in tails]).values()}
+
     def add(self, steps: np.ndarray, X: np.ndarray, y: np.ndarray) -> None:
         steps = np.asarray(steps, dtype=np.int64).reshape(-1)
         if not len(steps):
@@ -255,21 +313,29 @@ class SqlRetained:
         y = np.asarray(y, dtype=np.float64).reshape(-1)
         groups = (self.groups or _one_group)(steps)
         small = max(1, SMALL_BYTES // (8 * (self.dim + 1)))
+        found = np.unique(groups).tolist()
+        tails = {}
+        for i in range(0, len(found), IN_CHUNK):
+            tails.update(self._small_tails(found[i:i + IN_CHUNK], small))
         rows: list[dict] = []
         keys: list[dict] = []
-        for g in np.unique(groups).tolist():
-            sel = groups == g
-            s, Xg, yg = steps[sel], X[sel], y[sel]
-            last = self._rows(_META.where(_C.c.model_id == self.model_id, _C.c.grp == g)
-                              .order_by(_C.c.last_step.desc()).limit(1))
-            if last and int(last[0][4]) < small and int(last[0][3]) < int(s[0]):
-                old = self._load([last[0][0]])[last[0][0]]  # re-sealed with the new records, under a fresh key
+        dropped: list[str] = []
+        single = len(found) == 1
+        for g in found:
+            if single:
+                s, Xg, yg = steps, X, y
+            else:
+                sel = groups == g
+                s, Xg, yg = steps[sel], X[sel], y[sel]
+            old = tails.get(g)
+            if old is not None and int(old.steps[-1]) < int(s[0]):  # re-sealed with the new records, fresh key
                 s = np.concatenate([old.steps, s])
                 Xg, yg = np.concatenate([old.X, Xg]), np.concatenate([old.y, yg])
-                self._drop([old.id])
+                dropped.append(old.id)
             r, k = self._sealed(g, s, Xg, yg)
             rows += r
             keys += k
+        self._drop(dropped)
         self._insert(rows, keys)
 
     def erase(self, steps: Sequence[int]) -> int:
@@ -304,8 +370,9 @@ class SqlRetained:
 def _pieces(part: tuple[np.ndarray, np.ndarray, np.ndarray], size: int, skip: np.ndarray
             ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     steps, X, y = part
-    if len(skip) and len(steps):
-        keep = ~np.isin(steps, skip)
+    if len(skip) and len(steps) and skip[-1] >= steps[0] and skip[0] <= steps[-1]:  # skip is sorted
+        at = np.minimum(np.searchsorted(skip, steps), len(skip) - 1)
+        keep = skip[at] != steps
         if not keep.all():
             steps, X, y = steps[keep], X[keep], y[keep]
     for a in range(0, len(steps), size):
@@ -327,6 +394,7 @@ class ShortReadRetained(SqlRetained):
         self.db, self.check = db, check or (lambda: None)
         self._cache: dict[str, Chunk] = {}
         self._cached = 0
+        self._metas_of: dict[int | None, list] = {}
 
     def _rows(self, stmt, params: dict | None = None) -> list:
         self.check()  # every read: an abandoned computation stops at its next one (issue 29)
@@ -344,6 +412,28 @@ class ShortReadRetained(SqlRetained):
                 self._cached += c.nbytes
         out.update(fresh)
         return out
+
+    def _group_metas(self, g: int | None, lo: int, hi: int) -> list:
+        """A group's chunk list is read once per computation (the snapshot argument above covers it too)."""
+        metas = self._metas_of.get(g)
+        if metas is None:
+            q = _META.where(_C.c.model_id == self.model_id)
+            metas = self._metas_of[g] = self._rows((q if g is None else q.where(_C.c.grp == g))
+                                                   .order_by(_C.c.first_step))
+        return [m for m in metas if m[3] >= lo and m[2] <= hi]
+
+    def _opened_batches(self, batches: list[list[str]]) -> Iterator[dict[str, Chunk]]:
+        """The next batch is read and opened on a helper thread while the engine computes on this one (its
+        compiled loops release the GIL): a replay costs about the larger of reading and computing, not their sum."""
+        ahead = None
+        try:
+            for k in range(len(batches)):
+                current = ahead.result() if ahead is not None else self._load(batches[k])
+                ahead = _PREFETCH.submit(self._load, batches[k + 1]) if k + 1 < len(batches) else None
+                yield current
+        finally:
+            if ahead is not None:
+                ahead.cancel()
 
     def add(self, *_args) -> None:  # writes go through SqlRetained, in the write transaction
         raise TypeError("ShortReadRetained is read-only")

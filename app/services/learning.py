@@ -20,6 +20,23 @@ from .records import commitment_digests, example_mac
 from .model_core import (UseCase, class_indices, numeric_guard)
 
 
+def capacity_problem(engine, left: int) -> Problem:
+    """409 horizon-reached naming the spec field that bounds the model and what raises it (issue 36 item 3)."""
+    field = engine.learn_capacity_field()
+    detail = (f"The model was created for a horizon of {engine.step + left} examples and has learned {engine.step}: "
+              f"it can learn {left} more.")
+    if field == "hyperparameters.max_records":
+        detail += (" The bound is its retained-record cap, hyperparameters.max_records (records held at once: "
+                   "forgetting records makes room). When a spec does not give it, the service fills it in from its "
+                   "work budget, at most the setting OLU_MAX_RETAINED_RECORDS; create a model with a larger "
+                   "max_records (accepted up to what the setting OLU_MAX_REQUEST_WORK admits) to keep more.")
+    elif field is not None:
+        detail += f" The bound is {field}, declared at creation: create a model with a larger value to learn more."
+    else:
+        detail += " The bound is a constant of the family (its constants say which)."
+    return Problem(409, "horizon-reached", detail, field=field)
+
+
 class Learning(UseCase):
     def learn(self, tenant_id: str, model_id: str, ids: list[str], X: Any, y: Any, guard=None,
               F: list | None = None) -> dict[str, Any]:
@@ -55,8 +72,7 @@ class Learning(UseCase):
                               "work budget, hyperparameters.max_learn_batch); send them in several requests.")
             left = engine.learn_capacity()
             if left is not None and len(ids) > left:
-                raise Problem(409, "horizon-reached", f"The model was created for a horizon of {engine.step + left} "
-                              f"examples and has learned {engine.step}: it can learn {left} more.")
+                raise capacity_problem(engine, left)
             store = self._reader(work, row, engine) if engine.needs_retained_data else None
 
             def compute():

@@ -220,6 +220,15 @@ class Unlearner(ABC):
             return None
         return max(0, int(cap) - held)
 
+    def learn_capacity_field(self) -> str | None:
+        """The spec field that bounds ``learn_capacity`` (a refusal at the cap names it): the retained-record cap
+        ``hyperparameters.max_records`` where the spec has one, else a declared ``hyperparameters.horizon``; None
+        when the bound is a constant of the family."""
+        hp = self.spec.hyperparameters
+        if hp.get("max_records") is not None:
+            return "hyperparameters.max_records"
+        return "hyperparameters.horizon" if hp.get("horizon") is not None else None
+
     def learn_batch_limit(self) -> int | None:
         """The most examples one learn request may carry (``max_learn_batch``: the work budget), or None."""
         cap = self.spec.hyperparameters.get("max_learn_batch")
@@ -257,6 +266,15 @@ class Unlearner(ABC):
         p = spec.n_params
         return wb.Cost(learn=wb.ogd_steps(batch, p), forget=wb.release(p), forget_each=wb.release(p),
                        array_bytes=wb.F64 * p)
+
+    @classmethod
+    def predict_cost(cls, spec: ModelSpec, n: int) -> float:
+        """The work of predicting ``n`` rows from the published parameters (``predict_published``): each member of
+        ``published_shape`` scores the rows over its outputs (a classifier's K, else 1)."""
+        shape = cls.published_shape(spec)
+        members = shape[0] if cls.published_ensemble(spec) else 1
+        outputs = int(np.prod(shape)) // (members * (spec.dim + 1))
+        return wb.predict(n, spec.dim + 1, outputs, members)
 
     @classmethod
     def estimate(cls, spec: ModelSpec, batch: int) -> "wb.Cost":

@@ -53,7 +53,7 @@ def ogd_recompute(loss: Loss, schedule: Schedule, radius: float, dim: int, retai
     """
     theta = np.zeros(loss.n_params(dim))
     for steps, X, y in retained.chunks(chunk_size, exclude=exclude):
-        if upto is not None:
+        if upto is not None and len(steps) and steps[-1] > upto:  # (no copy of a chunk that is all kept)
             keep = steps <= upto
             steps, X, y = steps[keep], X[keep], y[keep]
         if len(steps):

@@ -27,6 +27,7 @@ PURE_DRAW = 60_000.0  # one discrete Gaussian draw by the pure-Python CKS20 samp
 FALLBACK_DRAW = RELEASE + 0.1 * PURE_DRAW  # 2^29 <= sigma'/g <= 2^30.5: a few % of draws redone by the pure path
 READ = 25_000.0     # one retained record read from the store (AES-GCM open of its key and of its sealed row)
 PAGE = 200_000.0    # one page query of the retained store (a chunk of ``chunk_size`` records)
+PREDICT_OUTPUT = 20.0  # one output of a prediction (exp, normalisation, the argmax or threshold)
 F64 = 8             # bytes per float64
 DISTRIBUTED = 1.7   # descent_to_delete distributed: measured / counted (reservoir updates, slot bookkeeping, selection)
 
@@ -65,6 +66,12 @@ def read(n: float, p: int, chunk: int = 4096) -> float:
 def gd_pass(n: float, p: int, chunk: int) -> float:
     """One full-batch gradient over n in-memory records in chunks of ``chunk`` (one numpy call per chunk)."""
     return n * grad_flops(p) * FLOP + math.ceil(max(n, 1) / max(chunk, 1)) * CALL + STEP
+
+
+def predict(n: float, p: int, outputs: int, members: int = 1) -> float:
+    """Predicting n rows from published parameters: the scores (n x outputs, p multiply-adds each, per member) and
+    their output map (sigmoid, softmax: a few passes over the scores)."""
+    return CALL + members * n * (2.0 * p * FLOP + PREDICT_OUTPUT * outputs)
 
 
 @dataclass(frozen=True)
