@@ -121,7 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.signing_key_file,
     )
     configure_logging(settings.log_level)
-    registry = ModelRegistry(cipher=cipher)
+    registry = ModelRegistry(cipher=cipher, state_log=settings.state_log)
     metrics = Metrics()
     ctx = Context(settings, db, keyring, TenantService(db, cipher, settings.auth_cache_seconds),
                   ModelService(db, registry, ReceiptIssuer(keyring), settings, metrics),

@@ -312,8 +312,9 @@ class ModelRegistry:
     """Builds engines and caches them per process, keyed by model id and state version; says what a write stores
     of an engine's state and rebuilds a version from the stored base and deltas (app/state_store.py)."""
 
-    def __init__(self, capacity: int = 256, cipher=None):
+    def __init__(self, capacity: int = 256, cipher=None, state_log: bool = True):
         self.cipher = cipher  # app.crypto.Cipher: state blobs are sealed at rest (AES-GCM, AAD = model id)
+        self.state_log = state_log  # False: every write stores the whole state (Settings.state_log)
         self._cache: OrderedDict[str, tuple[int, Unlearner]] = OrderedDict()
         self._lock = threading.Lock()
         self.capacity = capacity
@@ -359,7 +360,8 @@ class ModelRegistry:
                    learned: tuple[Any, Any] | None = None) -> state_store.StateWrite:
         """What to store of ``engine``'s state at ``version`` (a base, or a delta after a learn of ``learned``);
         takes effect for this engine's next write once ``checkin`` says the transaction committed."""
-        write = state_store.plan(engine, model_id, version, self._stored.get(engine), self.cipher, learned)
+        write = state_store.plan(engine, model_id, version, self._stored.get(engine), self.cipher,
+                                 learned if self.state_log else None)
         self._planned[engine] = write.info
         return write
 

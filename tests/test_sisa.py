@@ -230,7 +230,9 @@ def test_work_budget_counts_each_shard_once_per_request():
     assert c.forget_request(1) < c.forget_request(2) < c.forget_request(4) == c.forget_request(50) == c.forget_most
     whole = Retrain.cost(ModelSpec("retrain", "logistic", 3, 1.0, 1.0, 2.0, 0.05, 1.0, 1e-6, 0.01747,
                                    {"max_records": 1000}), 10).forget
-    assert whole <= c.forget_most <= 1.02 * whole  # one page query more per shard and c.forget_request(1) <= 0.26 * whole
+    # more chunks opened (a shard's chunks are smaller: app/db/retained.py), a call per slice; one shard of four
+    # costs about half the whole at this size, where the store's fixed cost per request weighs
+    assert whole <= c.forget_most <= 1.5 * whole and c.forget_request(1) <= 0.6 * whole
     assert SISA_SPEC.hyperparameters["shards"] == 4
 
 

@@ -2,7 +2,7 @@
 
 Examples are sealed in **chunks** (issue 36 item 2): the records of one public group (the engine's
 ``retained_groups``, a pure function of the step: sisa's shard, 0 for the other families) in step order, up to
-``capacity(dim)`` records (4 096, or 4 MiB of rows) per chunk.  A replay reads and decrypts a chunk at a time, so it
+``capacity(dim)`` records (4 096, or 512 KiB of rows) per chunk.  A replay reads and decrypts a chunk at a time, so it
 pays one key unwrap and one AES-GCM call per few thousand records instead of per record (issue 36: ~25 us per record
 before), and a forget of sisa reads only its shard's chunks.
 
@@ -21,9 +21,10 @@ a copy of that same key row *and* the encryption key survive too; the database a
 which lives outside it) never opens any example.  Key rotation re-wraps only the small key rows
 (``app.db.reseal``); the sealed chunks are not rewritten.
 
-A learn adds its records to the group's last chunk when that one is small (below ``SMALL_BYTES`` of rows: it is
-re-sealed with them under a fresh key), else in new chunks, so a stream of small learns does not leave a chunk per
-record, and a learn rewrites at most ``SMALL_BYTES`` of earlier rows per group it touches.
+A learn adds its records to the group's last chunk when both are small (below ``SMALL_BYTES`` of rows, and the
+learn's rows for the group below half of it: the tail is re-sealed with them under a fresh key), else in new chunks,
+so a stream of small learns does not leave a chunk per record, and a learn rewrites at most ``SMALL_BYTES`` of
+earlier rows per group it touches.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ KEY = 32
 TAG = 16
 PURPOSE = "retained-chunk-key"
 CHUNK_RECORDS = 4096       # most records per chunk
-CHUNK_BYTES = 4 << 20      # ... and at most this many bytes of rows (a large dimension: fewer records)
+CHUNK_BYTES = 512 << 10   # ... and at most this many bytes of rows (a forget re-seals its chunk: ~1 ms)
 SMALL_BYTES = 64 << 10     # a group's last chunk below this is re-sealed with the next learn's records
 IN_CHUNK = 500             # bound on bound parameters per IN (...) query
 
@@ -328,7 +329,9 @@ class SqlRetained:
                 sel = groups == g
                 s, Xg, yg = steps[sel], X[sel], y[sel]
             old = tails.get(g)
-            if old is not None and int(old.steps[-1]) < int(s[0]):  # re-sealed with the new records, fresh key
+            if old is not None and 2 * len(s) < small and int(old.steps[-1]) < int(s[0]):
+                # a small tail and a small learn: re-sealed together under a fresh key (a learn of more rows
+                # leaves the tail as it is: rewriting it would double what the learn writes)
                 s = np.concatenate([old.steps, s])
                 Xg, yg = np.concatenate([old.X, Xg]), np.concatenate([old.y, yg])
                 dropped.append(old.id)
