@@ -158,9 +158,16 @@ class SqlRetained:
         return out
 
     def _group_metas(self, g: int | None, lo: int, hi: int) -> list:
-        """(id, grp, first, last, n) of the chunks of group ``g`` (None: any group) meeting steps [lo, hi]."""
-        q = _META.where(_C.c.model_id == self.model_id, _C.c.last_step >= lo, _C.c.first_step <= hi)
-        return self._rows(q if g is None else q.where(_C.c.grp == g))
+        """(id, grp, first, last, n) of the chunks of group ``g`` (None: any group) meeting steps [lo, hi].  A group's
+        chunks hold disjoint step ranges (a learn appends later steps; a forget re-seals a chunk with fewer), so they
+        are the chunks whose last step is in [lo, hi] and the first one after hi: two index range reads."""
+        if g is None:
+            return self._rows(_META.where(_C.c.model_id == self.model_id, _C.c.last_step >= lo,
+                                          _C.c.first_step <= hi))
+        mine = _META.where(_C.c.model_id == self.model_id, _C.c.grp == g)
+        inside = self._rows(mine.where(_C.c.last_step >= lo, _C.c.last_step <= hi))
+        after = self._rows(mine.where(_C.c.last_step > hi).order_by(_C.c.last_step).limit(1))
+        return inside + [m for m in after if m[2] <= hi]
 
     def _covering(self, steps: np.ndarray) -> list[str]:
         """The ids of the chunks holding any of ``steps`` (sorted, unique): per group, the chunks whose step range
@@ -397,7 +404,8 @@ class ShortReadRetained(SqlRetained):
         self.db, self.check = db, check or (lambda: None)
         self._cache: dict[str, Chunk] = {}
         self._cached = 0
-        self._metas_of: dict[int | None, list] = {}
+        self._metas_of: dict[int | None, list | bool] = {}
+        self._looked: dict[int | None, bool] = {}
 
     def _rows(self, stmt, params: dict | None = None) -> list:
         self.check()  # every read: an abandoned computation stops at its next one (issue 29)
@@ -416,13 +424,25 @@ class ShortReadRetained(SqlRetained):
         out.update(fresh)
         return out
 
+    GROUP_LIST = 1024  # a group of at most this many chunks has its list read once per computation
+
     def _group_metas(self, g: int | None, lo: int, hi: int) -> list:
-        """A group's chunk list is read once per computation (the snapshot argument above covers it too)."""
+        """A group looked up again by this computation (a replay reading one group in several calls: sisa's shard)
+        has its chunk list read once and kept (the snapshot argument above covers it too) where it is short; a
+        first look-up, or a long list, is by range."""
         metas = self._metas_of.get(g)
+        if metas is None and not self._looked.get(g):
+            self._looked[g] = True
+            return super()._group_metas(g, lo, hi)
         if metas is None:
             q = _META.where(_C.c.model_id == self.model_id)
-            metas = self._metas_of[g] = self._rows((q if g is None else q.where(_C.c.grp == g))
-                                                   .order_by(_C.c.first_step))
+            metas = self._rows((q if g is None else q.where(_C.c.grp == g)).order_by(_C.c.first_step)
+                               .limit(self.GROUP_LIST + 1))
+            if len(metas) > self.GROUP_LIST:
+                metas = False
+            self._metas_of[g] = metas
+        if metas is False:
+            return super()._group_metas(g, lo, hi)
         return [m for m in metas if m[3] >= lo and m[2] <= hi]
 
     def _opened_batches(self, batches: list[list[str]]) -> Iterator[dict[str, Chunk]]:

@@ -103,6 +103,7 @@ class Forgetting(UseCase):
                 raise Problem(422, "forget-rejected", str(e)) from None
             erased = 0
             now = utcnow()
+            prepared = self._prepare(row, engine)  # outside the write lock
             with self.db.write() as s:
                 self._confirm(s, row)  # the records checked above and the state forgotten from are still current
                 if engine.needs_retained_data:
@@ -129,7 +130,8 @@ class Forgetting(UseCase):
                 row.epoch = receipts[-1]["epoch"]
                 row.rho_spent = float(engine.ledger().get("rho_spent") or 0.0)
                 row.n_forgotten += len(records)
-                self._store(s, row, engine, now, book=book.record(json.loads(row.ledger_json).get("book"), certs))
+                self._store(s, row, engine, now, book=book.record(json.loads(row.ledger_json).get("book"), certs),
+                            prepared=prepared)
                 result = {"receipts": receipts, "version": row.version}
                 if guard is not None:
                     guard.complete(s, result)

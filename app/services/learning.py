@@ -83,13 +83,14 @@ class Learning(UseCase):
             now = utcnow()
             macs = ([bytes.fromhex(example_mac(key, xi, yi)) for xi, yi in zip(Xv, yv)]
                     if engine.needs_deletion_features and not engine.needs_retained_data else None)
+            prepared = self._prepare(row, engine, learned=(Xv, yv))  # outside the write lock
             with self.db.write() as s:
                 self._confirm(s, row)  # the state the engine computed from is still the model's
                 batch_id = self.records.insert(s.connection(), probe, tenant_id, steps, macs, now)
                 if store is not None:
                     self._retained(s, row, engine).add(steps, Xv, yv)
                 old_bytes = row.bytes_stored
-                self._store(s, row, engine, now, learned=(Xv, yv), n_records=row.n_records + len(ids))
+                self._store(s, row, engine, now, prepared=prepared, n_records=row.n_records + len(ids))
                 # under the tenant's row lock: concurrent learns of the tenant's models do not pass a quota together
                 self.quotas.check_locked(s, tenant_id, {"records": len(ids), "bytes": row.bytes_stored - old_bytes})
                 result = {"accepted": len(ids), "first_step": int(steps[0]), "last_step": int(steps[-1]),
@@ -142,6 +143,7 @@ class Learning(UseCase):
 
             work.run(compute, "The retrain")
             now = utcnow()
+            prepared = self._prepare(row, engine)  # outside the write lock
             with self.db.write() as s:
                 self._confirm(s, row)
                 row.epoch += 1
@@ -149,7 +151,8 @@ class Learning(UseCase):
                 s.execute(insert(LedgerEntry), [{"model_id": model_id, "epoch": row.epoch, "receipt_id": None,
                                                  "kind": "retrain", "step": engine.step, "sigma": 0.0, "rho": 0.0,
                                                  "created_at": now}])
-                self._store(s, row, engine, now, book=book.new_epoch(json.loads(row.ledger_json).get("book")))
+                self._store(s, row, engine, now, book=book.new_epoch(json.loads(row.ledger_json).get("book")),
+                            prepared=prepared)
                 result = {"version": row.version, "epoch": row.epoch}
                 if guard is not None:
                     guard.complete(s, result)

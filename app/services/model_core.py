@@ -251,6 +251,13 @@ class _ModelRow:
 
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A computed engine's published bytes and state write (``UseCase._prepare``)."""
+    published: bytes
+    write: Any
+
+
 class ModelCore:
     """The state the model use cases share in one process (each service holds the same core)."""
 
@@ -382,24 +389,34 @@ class UseCase:
         return self.registry.checkout(row.id, row.version, row.spec_json,
                                       lambda: state_log.load(s, self.registry.cipher, row.id))
 
+    def _prepare(self, row: _ModelRow, engine: Unlearner, learned: tuple | None = None) -> "Prepared":
+        """What ``_store`` writes of a computed engine, made before the write transaction so that the model's lock
+        (SQLite's write lock: every tenant's writes wait for it) is not held while the published parameters are
+        solved (exact_ridge: a p x p system) nor while the state is packed, diffed and sealed: the published bytes
+        and the state write (a base, or a delta when ``learned``, the batch a learn consumed, is one the stored
+        state may log: app/state_store.py), for the version after ``row``'s."""
+        with numeric_guard():
+            published = published_bytes(engine.published())
+        return Prepared(published, self.registry.plan_write(engine, row.id, row.version + 1, learned))
+
     def _store(self, s, row: _ModelRow, engine: Unlearner, now, book: Any = _KEEP, learned: tuple | None = None,
-               **fields: Any) -> None:
-        """Write the model row and the engine's state at the next version, in the write transaction ``s``: a delta
-        when ``learned`` (the batch a learn consumed) is one the stored state may log, else a new base that
-        replaces the log (app/state_store.py)."""
+               prepared: "Prepared | None" = None, **fields: Any) -> None:
+        """Write the model row and the engine's state at the next version, in the write transaction ``s``
+        (``prepared`` by ``_prepare`` outside it, else made here)."""
+        if prepared is None:
+            prepared = self._prepare(row, engine, learned)
         if book is _KEEP:
             book = json.loads(row.ledger_json).get("book")
         row.version += 1
         row.step = engine.step
         row.status = engine.status
-        with numeric_guard():
-            row.published = published_bytes(engine.published())
+        row.published = prepared.published
         row.published_at = now
         row.updated_at = now
         row.ledger_json = json.dumps({**engine.ledger(), "book": book})
         for k, v in fields.items():
             setattr(row, k, v)
-        write = self.registry.plan_write(engine, row.id, row.version, learned)
+        write = prepared.write
         row.bytes_stored = model_bytes(write.info.stored, row.n_records - row.n_forgotten,
                                        self.core.record_bytes(engine))
         row.flush(s)

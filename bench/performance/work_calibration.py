@@ -63,7 +63,8 @@ QUICK_SIZES = ((5e6, 0.25), (2e7, 0.5), (8e7, 1.0))
 PURE_SCALE = 10.0  # online_dp_tree_pure's draws are slow: its budgets are this much larger
 TARGET = (0.3, 1.0)
 MAX_EXAMPLE_BYTES = 40e6  # one learn request's examples
-HOLD_SECONDS = 20.0  # at most this long learning the records a data-keeping model holds before its forget
+HOLD_SECONDS = 20.0  # at most this long learning the records a model holds before its measured requests
+PREDICT_ROWS = 1000
 
 
 @dataclass
@@ -169,43 +170,62 @@ def measure_case(name: str, size: int, sizes, store: Store, tries: int = 3) -> l
     if h.get("max_records"):
         batch = min(batch, int(h["max_records"]))
     batch = max(1, min(batch, int(MAX_EXAMPLE_BYTES // (8 * spec.dim))))
-    X, y = _data(spec, batch, 0)
     eng = cls(spec)
     keeps = eng.needs_retained_data
     mid = store.new(eng) if keeps else None
-    empty = ArrayRetained(np.zeros(0, dtype=np.int64), np.zeros((0, spec.dim)), np.zeros(0))
-    learned: dict = {}
+    held_X: list = []
+    held_y: list = []
+    k = 0
 
-    def learn(e):
-        learned["steps"] = e.learn(X, y, empty if keeps else None)
-
-    estimated = cls.estimate(spec, batch).learn
-    rows = [Row(name, size, "learn", _least(eng, learn, estimated, tries), estimated,
-                f"batch {batch}, d {spec.dim}, budget {work:.0e}")]
-    eng.learn(X, y, empty if keeps else None)
-    held_X, held_y, held_steps = [X], [y], [np.arange(1, batch + 1)]
-    if keeps:
-        store.add(mid, eng, held_steps[0], X, y)
-        cap = int(h.get("max_records") or batch)
-        started = time.perf_counter()
-        k = 1
-        while eng.records_held() + batch <= cap and time.perf_counter() - started < HOLD_SECONDS:
-            Xk, yk = _data(spec, batch, k)
-            steps = eng.learn(Xk, yk, store.reader(mid, eng))
+    def more(n: int, timed: bool = False) -> Row | None:
+        """Learn n more records (the next of the stream); timed: as the measured learn request."""
+        nonlocal k
+        Xk, yk = _data(spec, n, k)
+        k += 1
+        store_now = store.reader(mid, eng) if keeps else None
+        row = None
+        if timed:
+            estimated = cls.estimate(spec, n).learn
+            row = Row(name, size, "learn", _least(eng, lambda e: e.learn(Xk, yk, store_now),
+                                                  estimated, tries), estimated,
+                      f"batch {n}, d {spec.dim}, budget {work:.0e}, after {eng.step}")
+        steps = eng.learn(Xk, yk, store_now)
+        if keeps:
             store.add(mid, eng, steps, Xk, yk)
-            held_X.append(Xk)
-            held_y.append(yk)
-            held_steps.append(steps)
-            k += 1
-    n = eng.records_held() if keeps else batch
+        held_X.append(Xk)
+        held_y.append(yk)
+        return row
+
+    def hold() -> None:
+        """Learn up to the record cap (or the model's capacity, or HOLD_SECONDS): the state a request's worst case
+        is at (a full curvature memory, every record a replay reads)."""
+        cap = int(h.get("max_records") or 10 * batch)
+        started = time.perf_counter()
+        while time.perf_counter() - started < HOLD_SECONDS:
+            left = eng.learn_capacity()
+            room = min(cap - (eng.records_held() or eng.step), batch if left is None else min(batch, left - batch))
+            if room < batch:
+                break
+            more(batch)
+
+    initial = int(h.get("initial_size") or 0)
+    if initial:  # rewind: the worst learn is the one that reaches initial_size (its training)
+        if initial > batch:
+            more(initial - batch)
+        rows = [more(batch, timed=True)]
+        hold()
+    else:
+        hold()
+        rows = [more(batch, timed=True)]
+    n = eng.records_held() if keeps else eng.step
     held = spec.with_hyperparameters({**h, "max_records": n}) if h.get("max_records") else spec
     cost = cls.estimate(held, batch)
-    target = int(held_steps[-1][-1])
+    target = 1  # the first record: where a forget replays from the record on (sisa's shard), its worst case
     if keeps:
         def forget(e):
             e.forget([target], store.reader(mid, e))
     elif eng.needs_deletion_features:
-        one = ArrayRetained([target], held_X[-1][-1:], held_y[-1][-1:])
+        one = ArrayRetained([target], held_X[0][:1], held_y[0][:1])
 
         def forget(e):
             e.forget([target], one)
@@ -216,11 +236,12 @@ def measure_case(name: str, size: int, sizes, store: Store, tries: int = 3) -> l
     if eng.supports_retrain and cost.retrain > 0:
         rows.append(Row(name, size, "retrain", _least(eng, lambda e: e.retrain(store.reader(mid, e)),
                                                       cost.retrain, tries), cost.retrain, f"{n} held"))
+    X = _data(spec, max(1, min(PREDICT_ROWS, int(MAX_EXAMPLE_BYTES // (8 * spec.dim)))), 99)[0]
     published = eng.published()
     loss = loss_for(spec)
-    estimated = cls.predict_cost(spec, batch)
+    estimated = cls.predict_cost(spec, len(X))
     rows.append(Row(name, size, "predict", _least(eng, lambda e: cls.predict_published(spec, loss, published, X),
-                                                  estimated, tries), estimated, f"{batch} rows"))
+                                                  estimated, tries), estimated, f"{len(X)} rows"))
     return rows
 
 

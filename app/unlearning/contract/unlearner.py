@@ -262,10 +262,14 @@ class Unlearner(ABC):
     def cost(cls, spec: ModelSpec, batch: int) -> "wb.Cost":
         """The worst case of one request (app/unlearning/maths/work_budget.py), from the normalised spec alone: ``batch`` is
         the largest learn request; a family that keeps records reads its cap from ``max_records``.  This default
-        is the one-pass online learner: one projected OGD step per example, a Gaussian release per forget."""
+        is the one-pass online learner: one projected OGD step per example (the compiled loop for the scalar losses
+        on a schedule of the clock alone, a Python step otherwise), a Gaussian release per forget."""
+        from ..mechanism.fast import LOSS_CODES
+
         p = spec.n_params
-        return wb.Cost(learn=wb.ogd_steps(batch, p), forget=wb.release(p), forget_each=wb.release(p),
-                       array_bytes=wb.F64 * p)
+        compiled = spec.loss in LOSS_CODES and spec.hyperparameters.get("schedule") != "adaptive"
+        learn = wb.fast_ogd(batch, p) if compiled else wb.ogd_steps(batch, p)
+        return wb.Cost(learn=learn, forget=wb.release(p), forget_each=wb.release(p), array_bytes=wb.F64 * p)
 
     @classmethod
     def predict_cost(cls, spec: ModelSpec, n: int) -> float:
@@ -352,6 +356,15 @@ class Unlearner(ABC):
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(predictions, scores) from the published parameters only."""
         return self.predict_published(self.spec, self.loss, self.published(), np.asarray(X, dtype=np.float64))
+
+
+def ogd_learn_work(spec: ModelSpec, batch: int) -> float:
+    """The work of learning ``batch`` examples by projected OGD through ``retrain.ogd_run`` (OGDIterate): the
+    compiled exact loop for the scalar losses, a Python-level step each otherwise (softmax)."""
+    from ..mechanism.fast import LOSS_CODES
+
+    p = spec.n_params
+    return wb.exact_ogd(batch, p) + 3.0 * wb.STEP if spec.loss in LOSS_CODES else wb.ogd_steps(batch, p)
 
 
 def checked_forget_steps(steps: Sequence[int], t: int) -> list[int]:

@@ -115,10 +115,12 @@ class SISA(ExactOGD):
         shard = math.ceil(N / S)
         # one shard read (its records are chunked together: app/db/retained.py, retained_groups) and replayed by the
         # compiled exact loop, its slice checkpoints kept; the forgotten record looked up first
-        replay = wb.read(shard, p, wb.small_chunk_records(p)) - wb.STORE + wb.exact_ogd(shard, p) + (R + 1) * wb.CALL
+        replay = (wb.read(shard, p, wb.small_chunk_records(p)) - wb.STORE + wb.QUERY + 1.5 * wb.exact_ogd(shard, p)
+                  + (R + 1) * wb.CALL)
         check = wb.read_random(1, p) - wb.STORE
         everything = wb.STORE + S * replay
-        learn = wb.exact_ogd(batch, p) + min(batch, S) * 2 * wb.CALL  # per shard: its rows, its slice checkpoints
+        learn = 2.0 * wb.exact_ogd(batch, p) + min(batch, S) * 2 * wb.CALL  # per shard: its rows (a strided copy),
+        # its slice checkpoints
         return wb.Cost(learn=learn, forget=wb.STORE + replay + check, forget_each=replay + check, retrain=everything,
                        forget_most=everything + S * check,  # every shard once, and each one's record looked up
                        array_bytes=wb.F64 * max(p * S * (R + 1), (p + 1) * min(N, CHUNK_SIZE) * 2),

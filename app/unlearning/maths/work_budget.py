@@ -29,12 +29,15 @@ FALLBACK_DRAW = RELEASE + 0.1 * PURE_DRAW  # 2^29 <= sigma'/g <= 2^30.5: a few %
 # bytes of rows; a read opens whole chunks (issue 36): SQLite through mmap, AES-GCM, the arrays
 READ_BYTE = 1.4     # one byte of retained rows read and opened (measured 0.6-0.8 ns a byte at d = 32..1000)
 CHUNK_OPEN = 60_000.0  # one chunk: its row fetched, its data key unwrapped, its arrays made
-STORE = 1_000_000.0    # a request's reads of the store: its queries, each in a short read transaction
+STORE = 1_500_000.0    # a request's reads of the store: its queries, each in a short read transaction
+QUERY = 800_000.0      # one more look-up in the store (a group's chunk list and its chunks: two short reads)
 CHUNK_RECORDS, CHUNK_BYTES = 4096, 512 << 10
 READ = CHUNK_OPEN + CHUNK_BYTES * READ_BYTE  # one record read at random: the whole chunk that holds it is opened
 PAGE = CHUNK_OPEN   # (kept for callers of the per-record store's page cost: one chunk)
 EXACT_STEP = 60.0   # one step of the compiled exact OGD loop (mechanism/exact_ogd.py) besides its 4 p multiply-adds
+FAST_STEP = 600.0   # one step of the compiled passive OGD loop (mechanism/fast.py) besides its 4 p multiply-adds
 PREDICT_OUTPUT = 20.0  # one output of a prediction (exp, normalisation, the argmax or threshold)
+PREDICT_CALL = 80_000.0  # one member's prediction call (its scores, output map and checks, in Python)
 F64 = 8             # bytes per float64
 DISTRIBUTED = 1.7   # descent_to_delete distributed: measured / counted (reservoir updates, slot bookkeeping, selection)
 
@@ -90,6 +93,12 @@ def read_random(k: float, p: int) -> float:
     return STORE + k * (CHUNK_OPEN + chunk_records(p) * F64 * (p + 2) * READ_BYTE)
 
 
+def fast_ogd(n: float, p: int) -> float:
+    """n projected OGD steps in the compiled loop of mechanism/fast.py (passive families, scalar losses): measured
+    ~2 p ns and a fraction of a microsecond per step."""
+    return CALL + n * (FAST_STEP + 4.0 * p * FLOP)
+
+
 def exact_ogd(n: float, p: int) -> float:
     """n steps of the compiled exact OGD loop over rows of p parameters (learning and replay of retrain, sisa)."""
     return n * (EXACT_STEP + 4.0 * p * FLOP)
@@ -101,9 +110,15 @@ def gd_pass(n: float, p: int, chunk: int) -> float:
 
 
 def predict(n: float, p: int, outputs: int, members: int = 1) -> float:
-    """Predicting n rows from published parameters: the scores (n x outputs, p multiply-adds each, per member) and
-    their output map (sigmoid, softmax: a few passes over the scores)."""
-    return CALL + members * n * (2.0 * p * FLOP + PREDICT_OUTPUT * outputs)
+    """Predicting n rows from published parameters: per member a call and the scores (n x outputs, p multiply-adds
+    each: a matrix-vector product, ~0.5 ns each measured) and their output map (sigmoid, softmax: a few passes)."""
+    return PREDICT_CALL + members * (CALL + n * outputs * (p * FLOP + PREDICT_OUTPUT))
+
+
+def restart(p: int, draw: bool = True) -> float:
+    """A restart of an online model: its state re-drawn from the noise source (``draw``) or zeroed (p coordinates),
+    its clock and ledger reset."""
+    return 6.0 * STEP + 100.0 * p if draw else 4.0 * STEP + 4.0 * p
 
 
 @dataclass(frozen=True)
