@@ -10,7 +10,8 @@ retrain and a prediction of up to 1 000 rows is compared with the estimate.  Dat
 from the service's own store on SQLite, so the read cost is measured, not assumed.
 
 The test prints the table and fails on an estimate short of the measured CPU by more than ``LIMIT`` (the least of a
-few runs; a request that exceeds its estimate could exceed the budget the estimate admitted it under).  The target of
+few runs; a request that exceeds its estimate could exceed the budget the estimate admitted it under; the margin
+covers a CI run measuring beside the rest of the suite on 2 cores).  The target of
 issue 36 (every ratio measured / estimated within [0.3, 1]) is the benchmark's, at larger sizes on a quiet machine
 (``python -m bench.performance.work_calibration``; docs/operations.md §8 lists the ratios and the estimates that
 are worst cases the measured request does not reach).
@@ -26,7 +27,7 @@ from bench.performance import work_calibration as wc
 
 pytest.importorskip("threadpoolctl")
 
-LIMIT = 1.5
+LIMIT = 2.0
 ROWS: list = []
 
 
