@@ -118,7 +118,7 @@ def predict(n: float, p: int, outputs: int, members: int = 1) -> float:
 def restart(p: int, draw: bool = True) -> float:
     """A restart of an online model: its state re-drawn from the noise source (``draw``) or zeroed (p coordinates),
     its clock and ledger reset."""
-    return 6.0 * STEP + 100.0 * p if draw else 4.0 * STEP + 4.0 * p
+    return 6.0 * STEP + 100.0 * p if draw else 3.0 * STEP + 4.0 * p
 
 
 @dataclass(frozen=True)
