@@ -45,6 +45,11 @@ class Settings(BaseSettings):
         1 << 30, ge=1 << 20,
         description="Bytes the largest array of one request may take (a dense p x p Newton system and LAPACK's copy "
                     "of it included); checked at creation like max_request_work.")
+    state_log: bool = Field(
+        True, description="Store a learn of a model whose state is large (64 KiB or more) as a sealed delta (the "
+                          "batch, or the changed pages) instead of the whole state, folded into a new full state by "
+                          "every forget and retrain and once the log passes half the state's size (issue 36; "
+                          "docs/operations.md §7); false: every write stores the whole state.")
     max_retained_records: int = Field(
         1_000_000, ge=1,
         description="The largest retained-record cap (hyperparameters.max_records) the service fills in for a "

@@ -155,7 +155,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     prepare_data_dir(settings)
     keyring = load_keyring(settings)  # before the storage: a refused key leaves nothing created or migrated
     db, cipher = open_storage(settings)
-    registry = ModelRegistry(cipher=cipher)
+    registry = ModelRegistry(cipher=cipher, state_log=settings.state_log)
     _log_kernel_warmup()
     metrics = Metrics()
     tenants = TenantService(db, cipher, settings.auth_cache_seconds)

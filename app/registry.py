@@ -6,25 +6,27 @@ engine class named by the spec supplies its own hyperparameter defaults, constan
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import json
 import math
 import re
 import sys
 import threading
+import weakref
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from .db.state_codec import pack_state, unpack_state
+from . import state_store
+from .state_store import LogInfo
 from .privacy import rho_from_epsilon_delta
 from .privacy.ledger import BudgetExhausted, LedgerState
 from .privacy.modes import accounting_from_params
 from .unlearning import ModelSpec, SpecError, Unlearner, engine_class, warm_kernels
 from .unlearning.maths.losses import MAX_CLASSES, make_loss
-from .unlearning.maths.work_budget import FORGET_BATCH, Budget, Cost
+from .unlearning.maths.work_budget import Budget
+from .admission import check_budget, request_budget  # noqa: F401  (request_budget: re-exported)
 from .unlearning.mechanism.calibration import ALL_FIELDS, N_MAX, require_finite_array
 
 CONVERSION = "cks20"
@@ -137,149 +139,6 @@ def build_spec(payload: dict[str, Any], *, max_dim: int, budget: Budget | None =
         if not getattr(e, "located", False):  # the budget check names its field and range itself
             e.field, e.accepted = locate(payload, e, max_dim=max_dim)
         raise
-
-
-# ---- the work and memory of one request (issue 21) ----------------------------------------------------------------
-def request_budget(settings) -> Budget:
-    """The per-request budget of app.config.Settings."""
-    return Budget(work=float(settings.max_request_work), memory=float(settings.max_request_memory),
-                  batch=int(settings.max_batch), max_records=int(settings.max_retained_records))
-
-
-def _excess(cost: Cost, budget: Budget) -> list[tuple[str, float, float, tuple[str, ...]]]:
-    """(what, amount, limit, fields) for each figure of one request over the budget."""
-    out = []
-    for what, value, fields in (("learn", cost.learn, cost.learn_fields),
-                                ("forget of one record", cost.forget, cost.forget_fields),
-                                ("exact retrain", cost.retrain, cost.forget_fields)):
-        if not value <= budget.work:
-            out.append((what, value, budget.work, fields))
-    biggest = max(cost.array_bytes, 16.0 * cost.solve * cost.solve)  # a dense p x p system and LAPACK's copy
-    if not biggest <= budget.memory:
-        out.append(("largest array", biggest, budget.memory, cost.memory_fields))
-    return out
-
-
-def _fits(cls: type[Unlearner], spec: ModelSpec, budget: Budget, batch: int = 1) -> bool:
-    try:
-        return not _excess(cls.cost(spec, batch), budget)
-    except (SpecError, ArithmeticError, ValueError, OverflowError):
-        return False
-
-
-def _largest(ok, lo: int, hi: int) -> int | None:
-    """The largest integer in [lo, hi] for which the monotone predicate ``ok`` holds (None if none)."""
-    if hi < lo or not ok(lo):
-        return None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
-    return lo
-
-
-def _varied(spec: ModelSpec, path: str, value: int) -> ModelSpec:
-    if path == "dim":
-        return dataclasses.replace(spec, dim=value)
-    if path == "n_classes":
-        return dataclasses.replace(spec, n_classes=value)
-    return spec.with_hyperparameters({**spec.hyperparameters, path.split(".", 1)[1]: value})
-
-
-def _budget_range(cls, spec: ModelSpec, budget: Budget, fields: Sequence[str]) -> tuple[str | None, tuple | None]:
-    """The first integer field among ``fields`` some smaller value of which fits the budget (a learn of one
-    example) with every other field as given: (field, (smallest accepted, largest accepted))."""
-    hp = spec.hyperparameters
-    for path in fields:
-        current = (spec.dim if path == "dim" else spec.n_classes if path == "n_classes"
-                   else hp.get(path.split(".", 1)[1]) if path.startswith("hyperparameters.") else None)
-        if isinstance(current, bool) or not isinstance(current, int) or current < 1:
-            continue
-        low = 2 if path == "n_classes" else 1
-        best = _largest(lambda v: _fits(cls, _varied(spec, path, v), budget), low, current)
-        if best is not None:
-            return path, (float(low), float(best))
-    return None, None
-
-
-def _refusal(cls, spec: ModelSpec, budget: Budget, what: str, amount: float, limit: float,
-             fields: Sequence[str], hint: str = "") -> SpecError:
-    unit = "bytes" if what == "largest array" else "work units (about ns of one core)"
-    err = SpecError(f"{spec.algorithm}: one {what} would take about {amount:.3g} {unit}, over the service's "
-                    f"per-request budget of {limit:.3g} (OLU_MAX_REQUEST_{'MEMORY' if unit == 'bytes' else 'WORK'}); "
-                    f"lower {' or '.join(fields[:3])}{hint}", fields=fields)
-    err.field, err.accepted = _budget_range(cls, spec, budget, fields)
-    return _located(err, fields)
-
-
-def _per_request(hp: dict[str, Any], key: str, fits, most: int, err) -> int | None:
-    """The per-request limit ``key`` (max_learn_batch / max_forget_batch): the largest count in [1, most] that
-    ``fits``; None when ``most`` fits (no limit needed); a given value above it is refused."""
-    if fits(most):
-        return hp.get(key)
-    k = _largest(fits, 1, most)
-    if k is None:
-        raise err(None)
-    given = hp.get(key)
-    if given is not None and given > k:
-        raise err(k)
-    return k if given is None else given
-
-
-def check_budget(cls: type[Unlearner], spec: ModelSpec, budget: Budget) -> ModelSpec:
-    """Refuse a spec one request of which would exceed the budget (work units of one core, bytes of one array,
-    the dense system LAPACK would be handed), naming the field to lower and its accepted range; fill in the
-    retained-record cap ``max_records`` of a family that keeps records (the most records within the budget, at
-    most ``budget.max_records``) and the per-request limits ``max_learn_batch`` / ``max_forget_batch`` where
-    they bind (the most examples / records one request may name within the budget)."""
-    hp = dict(spec.hyperparameters)
-    if not cls.keeps_records(spec) and hp.get("max_records") is not None:
-        raise _located(SpecError(f"{spec.algorithm}: max_records applies to models that keep the learned records; "
-                                 "this one keeps none", fields=("hyperparameters.max_records",)))
-    if cls.keeps_records(spec) and hp.get("max_records") is None:
-        def room(batch: int, forgets: int):
-            def ok(n: int) -> bool:  # a learn of ``batch`` and a forget of ``forgets`` records fit too
-                try:
-                    c = cls.cost(spec.with_hyperparameters({**hp, "max_records": n}), batch)
-                except (SpecError, ArithmeticError, ValueError, OverflowError):
-                    return False
-                return not _excess(c, budget) and c.forget_request(forgets) <= budget.work
-            return ok
-        wide = min(FORGET_BATCH, budget.batch)
-        hp["max_records"] = next((n for ok in (room(budget.batch, wide), room(1, wide), room(1, 1))
-                                  if (n := _largest(ok, 1, budget.max_records)) is not None), 1)
-    spec = spec.with_hyperparameters(hp)
-    one = cls.estimate(spec, 1)
-    over = _excess(one, budget)
-    if over:
-        raise _refusal(cls, spec, budget, *over[0], hint=one.hint)
-
-    def limit_error(key: str, what: str):
-        def make(k: int | None) -> SpecError:
-            field = f"hyperparameters.{key}"
-            e = SpecError(f"{spec.algorithm}: a {what} of {hp.get(key)} would exceed the per-request work budget of "
-                          f"{budget.work:.3g} work units (OLU_MAX_REQUEST_WORK)", fields=(field,))
-            e.field, e.accepted = field, (None if k is None else (1.0, float(k)))
-            return _located(e)
-        return make
-
-    def learn_fits(b: int) -> bool:
-        return _fits(cls, spec, budget, b)
-
-    hp["max_learn_batch"] = _per_request(hp, "max_learn_batch", learn_fits, min(budget.batch, hp.get("max_learn_batch")
-                                         or budget.batch), limit_error("max_learn_batch", "learn request"))
-    cost = cls.estimate(spec, int(hp["max_learn_batch"] or budget.batch))
-    hp["max_forget_batch"] = _per_request(hp, "max_forget_batch", lambda k: cost.forget_request(k) <= budget.work,
-                                          min(budget.batch, hp.get("max_forget_batch") or budget.batch),
-                                          limit_error("max_forget_batch", "forget request"))
-    return spec.with_hyperparameters({k: v for k, v in hp.items() if v is not None or k not in
-                                      ("max_learn_batch", "max_forget_batch")})
-
-
-def _located(err: SpecError, fields: Sequence[str] = ()) -> SpecError:
-    if err.field is None and (fields or err.fields):
-        err.field = (fields or err.fields)[0]
-    err.located = True  # type: ignore[attr-defined]
-    return err
 
 
 # ---- which field, and what range of it, the family accepts ------------------------------------------------
@@ -450,36 +309,43 @@ def published_array(blob: bytes) -> np.ndarray:
 
 
 class ModelRegistry:
-    """Builds engines and caches them per process, keyed by model id and state version."""
+    """Builds engines and caches them per process, keyed by model id and state version; says what a write stores
+    of an engine's state and rebuilds a version from the stored base and deltas (app/state_store.py)."""
 
-    def __init__(self, capacity: int = 256, cipher=None):
+    def __init__(self, capacity: int = 256, cipher=None, state_log: bool = True):
         self.cipher = cipher  # app.crypto.Cipher: state blobs are sealed at rest (AES-GCM, AAD = model id)
+        self.state_log = state_log  # False: every write stores the whole state (Settings.state_log)
         self._cache: OrderedDict[str, tuple[int, Unlearner]] = OrderedDict()
         self._lock = threading.Lock()
         self.capacity = capacity
+        # per engine, the stored state it was read at (or, once its write is planned, the one that write leaves)
+        self._stored: weakref.WeakKeyDictionary[Unlearner, LogInfo] = weakref.WeakKeyDictionary()
+        self._planned: weakref.WeakKeyDictionary[Unlearner, LogInfo] = weakref.WeakKeyDictionary()
         warm_kernels()  # off the request path: requests take the numpy path until they load (kernels_status)
 
     @staticmethod
     def new_engine(spec: ModelSpec) -> Unlearner:
         return engine_class(spec.algorithm)(spec)
 
-    def checkout(self, model_id: str, version: int, spec_json: str, load_blob) -> Unlearner:
+    def checkout(self, model_id: str, version: int, spec_json: str, load) -> Unlearner:
         """An engine at ``version`` for exclusive use by one write (taken out of the cache).
 
-        ``load_blob()`` reads the secret state only when the cached copy is missing or stale.
+        ``load()`` reads the stored state (app/db/state_log.py ``Stored``) only when the cached copy is missing or
+        stale; the engine is then rebuilt from the base and the deltas after it (``state_store.rebuild``).
         """
         with self._lock:
             cached = self._cache.pop(model_id, None)
         if cached is not None and cached[0] == version:
             return cached[1]
-        spec = spec_from_json(spec_json)
-        blob = load_blob()
-        if self.cipher is not None:
-            blob = self.cipher.open(blob, "state", model_id)
-        return engine_class(spec.algorithm).from_state(spec, unpack_state(blob))
+        engine, info = state_store.rebuild(spec_from_json(spec_json), model_id, load(), self.cipher)
+        self._stored[engine] = info
+        return engine
 
     def checkin(self, model_id: str, version: int, engine: Unlearner) -> None:
         """Return an engine after its transaction committed at ``version``."""
+        info = self._planned.pop(engine, None)
+        if info is not None:
+            self._stored[engine] = info
         with self._lock:
             self._cache[model_id] = (version, engine)
             self._cache.move_to_end(model_id)
@@ -490,11 +356,27 @@ class ModelRegistry:
         with self._lock:
             self._cache.pop(model_id, None)
 
+    def plan_write(self, engine: Unlearner, model_id: str, version: int,
+                   learned: tuple[Any, Any] | None = None) -> state_store.StateWrite:
+        """What to store of ``engine``'s state at ``version`` (a base, or a delta after a learn of ``learned``);
+        takes effect for this engine's next write once ``checkin`` says the transaction committed."""
+        write = state_store.plan(engine, model_id, version, self._stored.get(engine), self.cipher,
+                                 learned if self.state_log else None)
+        self._planned[engine] = write.info
+        return write
+
+    def stored_of(self, engine: Unlearner) -> LogInfo | None:
+        """The stored state ``engine`` was read at (None when unknown)."""
+        return self._stored.get(engine)
+
+    def logs_examples(self, engine: Unlearner) -> bool:
+        """Whether this model's stored state may have logged learned examples (state_store.logs_examples)."""
+        return state_store.logs_examples(engine, self._stored.get(engine))
+
     def dump(self, engine: Unlearner, model_id: str | None = None) -> bytes:
-        """The engine state as the blob to store: sealed with the cipher, bound to ``model_id``."""
-        blob = pack_state(engine.state())
-        if self.cipher is None:
-            return blob
-        if model_id is None:
+        """The engine state as a base blob to store: sealed with the cipher, bound to ``model_id``."""
+        if self.cipher is not None and model_id is None:
             raise TypeError("dump() needs the model id to seal the state (it is the AES-GCM AAD)")
-        return self.cipher.seal(blob, "state", model_id)
+        write = state_store.base_write(engine, model_id or "", 0, self.cipher)
+        self._planned[engine] = write.info
+        return write.payload

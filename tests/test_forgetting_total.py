@@ -71,9 +71,21 @@ def _stop(handle, srv) -> None:
 
 
 def _retained_steps(db_path, model_id: str) -> list[int]:
+    """The steps the model's sealed retained chunks hold (app/db/retained.py: public step indices per chunk)."""
     with sqlite3.connect(db_path) as conn:
-        return [s for (s,) in conn.execute("SELECT step FROM retained_examples WHERE model_id = ? ORDER BY step",
-                                           (model_id,))]
+        return sorted(int(t) for (b,) in conn.execute("SELECT steps FROM retained_chunks WHERE model_id = ?",
+                                                      (model_id,))
+                      for t in np.frombuffer(b, dtype="<i8"))
+
+
+def _chunk_of(conn, model_id: str, step: int) -> tuple[bytes, bytes]:
+    """(sealed chunk, wrapped chunk key) of the chunk holding ``step``."""
+    for cid, steps, sealed in conn.execute("SELECT id, steps, sealed FROM retained_chunks WHERE model_id = ?",
+                                           (model_id,)):
+        if step in np.frombuffer(steps, dtype="<i8"):
+            wrapped, = conn.execute("SELECT wrapped FROM retained_chunk_keys WHERE chunk_id = ?", (cid,)).fetchone()
+            return bytes(sealed), bytes(wrapped)
+    raise KeyError(step)
 
 
 @pytest.mark.parametrize("algorithm,hp", FAMILIES, ids=IDS)
@@ -118,8 +130,9 @@ def test_exact_ridge_keeps_no_byte_of_an_example_and_of_a_resent_one(tmp_path):
 
 
 def test_forgotten_data_key_and_sealed_row_are_in_no_file(tmp_path):
-    """Crypto-shredding: the forgotten example's wrapped data key and its ciphertext were on disk (control) and
-    are in no file once unlearn answered; the WAL is cut to zero bytes (no frame keeps a page from before)."""
+    """Crypto-shredding at chunk level: the forgotten example's chunk (its ciphertext) and the chunk's wrapped data
+    key were on disk (control) and are in no file once unlearn answered (the chunk is re-sealed without the record
+    under a fresh key); the WAL is cut to zero bytes (no frame keeps a page from before)."""
     srv, handle = _sqlite_server(tmp_path)
     db = srv.data_dir / "olu.db"
     try:
@@ -127,20 +140,17 @@ def test_forgotten_data_key_and_sealed_row_are_in_no_file(tmp_path):
         with srv.client(key) as c:
             mid, ids, X, _ = _learn(c, "active_olu", {}, seed=2)
             with sqlite3.connect(db) as conn:
-                sealed, = conn.execute("SELECT sealed FROM retained_examples WHERE model_id=? AND step=?",
-                                       (mid, AT + 1)).fetchone()
-                wrapped, = conn.execute("SELECT wrapped FROM retained_keys WHERE model_id=? AND step=?",
-                                        (mid, AT + 1)).fetchone()
-            needles = {"sealed": bytes(sealed)[12:60], "wrapped key": bytes(wrapped)[-48:]}
+                sealed, wrapped = _chunk_of(conn, mid, AT + 1)
+            needles = {"sealed": sealed[12:60], "sealed tail": sealed[-48:], "wrapped key": wrapped[-48:]}
             assert {n for _, n, _ in scan([srv.data_dir], needles)} == set(needles)  # control: both on disk
             assert c.post(f"/v1/models/{mid}/unlearn", json={"ids": [ids[AT]]}).status_code == 200
             assert scan([srv.data_dir], needles) == []
             wal = srv.data_dir / "olu.db-wal"
             assert not wal.exists() or wal.stat().st_size == 0
             with sqlite3.connect(db) as conn:
-                assert conn.execute("SELECT count(*) FROM retained_keys WHERE model_id=?", (mid,)).fetchone()[0] \
-                    == conn.execute("SELECT count(*) FROM retained_examples WHERE model_id=?", (mid,)).fetchone()[0] \
-                    == N - 1
+                assert conn.execute("SELECT count(*) FROM retained_chunk_keys WHERE model_id=?", (mid,)).fetchone() \
+                    == conn.execute("SELECT count(*) FROM retained_chunks WHERE model_id=?", (mid,)).fetchone()
+            assert _retained_steps(db, mid) == [t for t in range(1, N + 1) if t != AT + 1]
     finally:
         _stop(handle, srv)
 
@@ -171,7 +181,7 @@ def test_tenant_deletion_leaves_no_byte_of_any_example(tmp_path):
         with srv.client(key) as c:
             learned = [_learn(c, algorithm, hp, seed=30 + k) for k, (algorithm, hp) in enumerate(FAMILIES)]
         with sqlite3.connect(db) as conn:  # control: the data-holding models hold sealed examples and their keys
-            assert conn.execute("SELECT count(*) FROM retained_keys").fetchone()[0] > 0
+            assert conn.execute("SELECT count(*) FROM retained_chunk_keys").fetchone()[0] > 0
         with srv.admin() as adm:
             r = adm.delete(f"/v1/tenants/{tenant_id}")
             assert r.status_code == 200, r.text
@@ -180,7 +190,7 @@ def test_tenant_deletion_leaves_no_byte_of_any_example(tmp_path):
                 assert scan([srv.data_dir], needles_of(X[i], y[i], ids[i])) == [], (mid, i)
             assert _retained_steps(db, mid) == []
         with sqlite3.connect(db) as conn:
-            assert conn.execute("SELECT count(*) FROM retained_keys").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM retained_chunk_keys").fetchone()[0] == 0
     finally:
         _stop(handle, srv)
 
@@ -226,11 +236,11 @@ def test_postgresql_retained_tables_hold_no_example_in_the_clear(postgres_url, t
             eng = create_engine(postgres_url)
             try:
                 mids = [m for m, *_ in learned]
-                for table in ("retained_examples", "retained_keys"):
+                for table in ("retained_chunks", "retained_chunk_keys"):
                     with eng.connect() as conn:
                         rows = conn.execute(text(f"SELECT * FROM {table} WHERE model_id = ANY(:m)"),
                                             {"m": mids}).all()
-                    assert len(rows) == N * len(FAMILIES)  # control: every example is retained (with its key)
+                    assert {r.model_id for r in rows} == set(mids)  # control: every model keeps its examples
                     dump = b"|".join(bytes(v) if isinstance(v, (bytes, memoryview)) else str(v).encode()
                                      for row in rows for v in row)
                     for mid, ids, X, y in learned:
@@ -241,10 +251,14 @@ def test_postgresql_retained_tables_hold_no_example_in_the_clear(postgres_url, t
                     assert c.post(f"/v1/models/{mid}/unlearn", json={"ids": [ids[AT]]}).status_code == 200
                 with eng.connect() as conn:
                     for mid, *_ in learned:
-                        for table in ("retained_examples", "retained_keys"):
-                            steps = [s for (s,) in conn.execute(
-                                text(f"SELECT step FROM {table} WHERE model_id = :m"), {"m": mid})]
-                            assert AT + 1 not in steps and len(steps) == N - 1
+                        steps = sorted(int(t) for (b,) in conn.execute(
+                            text("SELECT steps FROM retained_chunks WHERE model_id = :m"), {"m": mid})
+                            for t in np.frombuffer(bytes(b), dtype="<i8"))
+                        assert steps == [t for t in range(1, N + 1) if t != AT + 1]
+                        keys = conn.execute(text("SELECT count(*) FROM retained_chunk_keys WHERE model_id = :m"),
+                                            {"m": mid}).scalar()
+                        assert keys == conn.execute(text("SELECT count(*) FROM retained_chunks WHERE model_id = :m"),
+                                                    {"m": mid}).scalar()
             finally:
                 eng.dispose()
     finally:
@@ -285,10 +299,14 @@ def test_migration_0010_seals_existing_plaintext_examples(tmp_path):
     assert bytes(x) == np.asarray(X_FORGET, dtype="<f8").tobytes() and yv == Y_FORGET
     assert scan([data], needles_of(X_FORGET, Y_FORGET)) != []
 
-    app = create_app(settings)  # upgrades to head with the data directory's key, then checkpoints
+    app = create_app(settings)  # upgrades to head (0010 seals, 0015 chunks) with the data directory's key
     ctx = app.state.ctx
     try:
         assert scan([data], needles_of(X_FORGET, Y_FORGET)) == []
+        sisa = learned[IDS.index("sisa")][0]
+        with sqlite3.connect(data / "olu.db") as conn:  # sisa's records are chunked by shard (its retained_groups)
+            for grp, steps in conn.execute("SELECT grp, steps FROM retained_chunks WHERE model_id = ?", (sisa,)):
+                assert {(int(t) - 1) % 3 for t in np.frombuffer(steps, dtype="<i8")} == {grp}
         for m, ids, X, y in learned:
             assert _retained_steps(data / "olu.db", m) == list(range(1, N + 1))
             ctx.models.unlearn(t, m, [ids[AT]])  # the sealed examples open: every family forgets on them
@@ -329,12 +347,12 @@ def test_key_rotation_rewraps_the_data_keys_only(tmp_path):
             mid, ids, X, y = _learn(c, "active_olu", {}, seed=50)
         db = srv.app.state.ctx.db
         with sqlite3.connect(data / "olu.db") as conn:
-            before = conn.execute("SELECT step, sealed FROM retained_examples ORDER BY step").fetchall()
+            before = conn.execute("SELECT id, sealed FROM retained_chunks ORDER BY id").fetchall()
         counts = reseal_all(db, Cipher(parse_key(k2), [parse_key(k1)]))
-        assert counts["retained_keys"] == N
+        assert counts["retained_keys"] == len(before) >= 1  # one key per chunk
         assert reseal_all(db, Cipher(parse_key(k2)))["retained_keys"] == 0
         with sqlite3.connect(data / "olu.db") as conn:
-            assert conn.execute("SELECT step, sealed FROM retained_examples ORDER BY step").fetchall() == before
+            assert conn.execute("SELECT id, sealed FROM retained_chunks ORDER BY id").fetchall() == before
         with db.read() as s:
             got_X, got_y = SqlRetained(s, mid, DIM, Cipher(parse_key(k2))).get(range(1, N + 1))
         assert np.array_equal(got_X, X) and np.array_equal(got_y, y)
@@ -342,25 +360,31 @@ def test_key_rotation_rewraps_the_data_keys_only(tmp_path):
         _stop(handle, srv)
 
 
-def test_a_sealed_example_opens_only_with_its_own_key_and_place():
+def test_a_sealed_chunk_opens_only_with_its_own_key_and_place():
     import base64
 
     from app.crypto import Cipher, DecryptionError, parse_key
-    from app.db.retained import open_example, seal_example
+    from app.db.retained import open_chunk, seal_chunk
 
     cipher = Cipher(parse_key(base64.b64encode(os.urandom(32)).decode()))
-    sealed, wrapped = seal_example(cipher, "mdl_a", 6, np.array(X_FORGET), Y_FORGET)
-    text = open_example(cipher, "mdl_a", 6, sealed, wrapped)
-    assert text == np.append(X_FORGET, Y_FORGET).astype("<f8").tobytes()
-    assert scan_bytes(sealed + wrapped) == []  # nothing of it in the clear
-    other_sealed, other_wrapped = seal_example(cipher, "mdl_a", 7, np.array(X_FORGET), Y_FORGET)
-    assert other_sealed[12:] != sealed[12:]  # a fresh data key per example: equal examples, unrelated bytes
-    for args in (("mdl_a", 7, sealed, wrapped), ("mdl_b", 6, sealed, wrapped), ("mdl_a", 6, sealed, other_wrapped),
-                 ("mdl_a", 6, sealed[:-1] + bytes([sealed[-1] ^ 1]), wrapped)):
+    X = np.array([X_FORGET, [0.1, 0.2, 0.3, 0.4]])
+    y = np.array([Y_FORGET, 0.5])
+    row, key = seal_chunk(cipher, "mdl_a", 2, np.array([6, 9]), X, y)
+    args = ("mdl_a", 4, row["id"], 2, row["steps"], row["sealed"], key["wrapped"])
+    c = open_chunk(cipher, *args)
+    assert c.steps.tolist() == [6, 9] and np.array_equal(c.X, X) and np.array_equal(c.y, y)
+    assert scan_bytes(row["sealed"] + key["wrapped"]) == []  # nothing of it in the clear
+    other, other_key = seal_chunk(cipher, "mdl_a", 2, np.array([6, 9]), X, y)
+    assert other["sealed"][12:] != row["sealed"][12:]  # a fresh data key per chunk: equal examples, unrelated bytes
+    moved = [("mdl_b",) + args[1:], args[:2] + (other["id"],) + args[3:], args[:3] + (3,) + args[4:],
+             args[:4] + (np.array([6, 10], dtype="<i8").tobytes(),) + args[5:],
+             args[:5] + (row["sealed"][:-1] + bytes([row["sealed"][-1] ^ 1]),) + args[6:],
+             args[:6] + (other_key["wrapped"],)]
+    for bad in moved:  # another model, chunk id, group, steps; a flipped bit; another chunk's key
         with pytest.raises(DecryptionError):
-            open_example(cipher, *args)
+            open_chunk(cipher, *bad)
     with pytest.raises(DecryptionError):  # without the service key the wrapped data key is useless
-        open_example(Cipher(os.urandom(32)), "mdl_a", 6, sealed, wrapped)
+        open_chunk(Cipher(os.urandom(32)), *args)
 
 
 def scan_bytes(data: bytes) -> list[str]:
@@ -408,13 +432,14 @@ def test_migration_0010_on_postgresql_with_rows(tmp_path):
         command.upgrade(cfg, "head")
         with eng.connect() as conn:
             names = {r[0] for r in conn.execute(text(
-                "SELECT conname FROM pg_constraint WHERE conrelid IN ('retained_examples'::regclass, "
-                "'retained_keys'::regclass)"))}
-            assert names == {"pk_retained_examples", "fk_retained_examples_model_id_models",
-                             "pk_retained_keys", "fk_retained_keys_model_id_models"}
-            assert conn.execute(text("SELECT to_regclass('retained_examples_plain')")).scalar() is None
+                "SELECT conname FROM pg_constraint WHERE conrelid IN ('retained_chunks'::regclass, "
+                "'retained_chunk_keys'::regclass)"))}
+            assert names == {"pk_retained_chunks", "fk_retained_chunks_model_id_models",
+                             "pk_retained_chunk_keys", "fk_retained_chunk_keys_model_id_models"}
+            for old in ("retained_examples_plain", "retained_examples", "retained_keys"):
+                assert conn.execute(text(f"SELECT to_regclass('{old}')")).scalar() is None
             dump = b"".join(bytes(v) for row in conn.execute(text(
-                "SELECT e.sealed, k.wrapped FROM retained_examples e JOIN retained_keys k USING (model_id, step)"))
+                "SELECT c.sealed, k.wrapped FROM retained_chunks c JOIN retained_chunk_keys k ON k.chunk_id = c.id"))
                 for v in row)
         eng.dispose()
         assert len(dump) > 0 and scan_bytes(dump) == []

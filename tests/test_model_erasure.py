@@ -16,7 +16,7 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from app.cli import app as cli
-from app.db.tables import ApiKey, ModelState, Record, RecordBatch, RetainedExample
+from app.db.tables import ApiKey, ModelState, Record, RecordBatch, RetainedChunk, RetainedChunkKey
 from app.receipts.verify import verify_bundle
 from app.services.records import commitment
 
@@ -165,10 +165,11 @@ def test_erasure_keeps_nothing_of_the_examples(server, tenant):
     mid, _ = _model_with_history(c, algorithm="retrain", n=5)
     db = server.app.state.ctx.db
     with db.read() as s:
-        assert s.scalars(select(RetainedExample).where(RetainedExample.model_id == mid)).first() is not None
+        assert s.scalars(select(RetainedChunk).where(RetainedChunk.model_id == mid)).first() is not None
     assert c.delete(f"/v1/models/{mid}").status_code == 204
     with db.read() as s:
-        assert s.scalars(select(RetainedExample).where(RetainedExample.model_id == mid)).first() is None
+        assert s.scalars(select(RetainedChunk).where(RetainedChunk.model_id == mid)).first() is None
+        assert s.scalars(select(RetainedChunkKey).where(RetainedChunkKey.model_id == mid)).first() is None
         assert s.scalars(select(RecordBatch).where(RecordBatch.model_id == mid)).first() is None
         assert s.get(ModelState, mid) is None
         rows = list(s.scalars(select(Record).where(Record.model_id == mid)))

@@ -125,8 +125,8 @@ def test_state_and_record_keys_are_sealed_in_the_database_and_rotation_works(tmp
 
     db = Database(url)
     assert reseal_all(db, Cipher(parse_key(k2), [parse_key(k1)])) == {"tenants": 1, "models": 1, "retained_keys": 0,
-                                                                      "operation_keys": 0}
-    assert reseal_all(db, Cipher(parse_key(k2))) == {"tenants": 0, "models": 0, "retained_keys": 0,
+                                                                 "delta_keys": 0, "operation_keys": 0}
+    assert reseal_all(db, Cipher(parse_key(k2))) == {"tenants": 0, "models": 0, "retained_keys": 0, "delta_keys": 0,
                                                      "operation_keys": 0}
     db.dispose()
     srv, (uv, thread) = start_server(url, tmp_path, "sqlite", encryption_key=k2)

@@ -6,7 +6,8 @@ Run with the new key active and the old one(s) in ``OLU_ENCRYPTION_KEYS_OLD``::
 
 Safe while the service runs: each model is re-sealed in its own write transaction under the model's lock, and
 a tenant's record key is rewritten in place (same key bytes, new seal), and so is the wrapped data key of every
-retained example (the sealed examples are not rewritten: envelope encryption, app/db/retained.py).  Afterwards the old key can be
+retained chunk and of every state delta (the sealed chunks and deltas are not rewritten: envelope encryption,
+app/db/retained.py, app/db/state_log.py).  Afterwards the old key can be
 dropped from ``OLU_ENCRYPTION_KEYS_OLD``.  Plaintext values from before encryption existed are sealed too.
 """
 from __future__ import annotations
@@ -17,11 +18,12 @@ from ..crypto import Cipher
 from .session import Database
 from .operation_payloads import reseal_keys as reseal_operation_keys
 from .retained import PURPOSE as RETAINED_KEY
-from .tables import Model, ModelState, RetainedKey, Tenant
+from .state_log import PURPOSE as DELTA_KEY
+from .tables import Model, ModelState, ModelStateDeltaKey, RetainedChunkKey, Tenant
 
 
 def reseal_all(db: Database, cipher: Cipher) -> dict[str, int]:
-    counts = {"tenants": 0, "models": 0, "retained_keys": 0}
+    counts = {"tenants": 0, "models": 0, "retained_keys": 0, "delta_keys": 0}
     with db.read() as s:
         tenant_ids = list(s.scalars(select(Tenant.id)))
         model_ids = list(s.scalars(select(ModelState.model_id)))
@@ -41,12 +43,17 @@ def reseal_all(db: Database, cipher: Cipher) -> dict[str, int]:
             if state is not None and cipher.key_id_in(state.blob) != cipher.active_key_id:
                 state.blob = cipher.seal(cipher.open(state.blob, "state", mid), "state", mid)
                 counts["models"] += 1
-            # the data keys of retained examples are re-wrapped; the sealed examples themselves are not rewritten
-            for key in s.scalars(select(RetainedKey).where(RetainedKey.model_id == mid)):
+            # the data keys of retained chunks and state deltas are re-wrapped; the sealed rows are not rewritten
+            for key in s.scalars(select(RetainedChunkKey).where(RetainedChunkKey.model_id == mid)):
                 if cipher.key_id_in(key.wrapped) != cipher.active_key_id:
-                    owner = f"{mid}:{key.step}"
+                    owner = f"{mid}:{key.chunk_id}"
                     key.wrapped = cipher.seal(cipher.open(key.wrapped, RETAINED_KEY, owner), RETAINED_KEY, owner)
                     counts["retained_keys"] += 1
+            for key in s.scalars(select(ModelStateDeltaKey).where(ModelStateDeltaKey.model_id == mid)):
+                if cipher.key_id_in(key.wrapped) != cipher.active_key_id:
+                    owner = f"{mid}:{key.version}"
+                    key.wrapped = cipher.seal(cipher.open(key.wrapped, DELTA_KEY, owner), DELTA_KEY, owner)
+                    counts["delta_keys"] += 1
     counts["operation_keys"] = reseal_operation_keys(db, cipher)  # the sealed requests of running operations
     return counts
 

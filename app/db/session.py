@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from .files import prepare_sqlite_file, sqlite_file
 
 WRITE_OPTION = "olu_write"
+SQLITE_MMAP_BYTES = 1 << 30
 log = logging.getLogger("olu.db")
 
 
@@ -37,6 +38,9 @@ def make_engine(url: str, *, sqlite_synchronous: str = "FULL") -> Engine:
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA busy_timeout=60000")
             cur.execute("PRAGMA secure_delete=ON")  # forgotten rows leave no copy in free pages
+            # reads map the file instead of copying each page through SQLite's cache: a replay reading retained
+            # chunks of megabytes reads ~4x faster (issue 36); writes are unchanged (WAL, write(2))
+            cur.execute(f"PRAGMA mmap_size={SQLITE_MMAP_BYTES}")
             cur.close()
 
         @event.listens_for(engine, "begin")

@@ -87,7 +87,8 @@ class Model(Base):
 
 
 class ModelState(Base):
-    """The secret state: the engine's named arrays in one blob.  Never served."""
+    """The secret state's base: the engine's named arrays in one sealed blob, as of ``version`` (the model's version,
+    or an earlier one whose later changes are the ``model_state_deltas`` rows after it).  Never served."""
 
     __tablename__ = "model_states"
     model_id: Mapped[str] = mapped_column(ForeignKey("models.id"), primary_key=True)
@@ -199,24 +200,55 @@ class IdempotencyRecord(Base):
                       Index("ix_idempotency_keys_created_at", "created_at"))
 
 
-class RetainedExample(Base):
-    """An example kept for a data-holding family.  Deleted (not flagged) when its record is forgotten."""
+class ModelStateDelta(Base):
+    """What one version changed in a model's secret state (issue 36 item 1): the state at version v is the base
+    (``model_states``, at its own version) with the deltas of the versions after it applied in order
+    (app/db/state_log.py).  ``kind``: "learn" (the batch the engine learned, which it re-learns exactly) or "patch"
+    (the changed pages of the packed state).  Sealed under its own data key (``model_state_delta_keys``); every
+    forget, retrain or compaction folds the log into a new base and deletes these rows in its transaction."""
 
-    __tablename__ = "retained_examples"
+    __tablename__ = "model_state_deltas"
     model_id: Mapped[str] = mapped_column(ForeignKey("models.id"), primary_key=True)
-    step: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    # nonce | AES-256-GCM(own data key, x and y as little-endian float64) | tag (app/db/retained.py)
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    kind: Mapped[str] = mapped_column(String(8))
+    sealed: Mapped[bytes] = mapped_column(LargeBinary)  # nonce | AES-256-GCM(delta key, packed delta) | tag
+
+
+class ModelStateDeltaKey(Base):
+    """The data key of one state delta, wrapped by the service's encryption key; deleted with the delta."""
+
+    __tablename__ = "model_state_delta_keys"
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id"), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    wrapped: Mapped[bytes] = mapped_column(LargeBinary)  # Cipher.seal(key, "state-delta-key", "<model>:<version>")
+
+
+class RetainedChunk(Base):
+    """Examples kept for a data-holding family, sealed together (issue 36 item 2; app/db/retained.py): the records
+    of one public group (the engine's ``retained_groups``: sisa's shard) in step order.  A forget rewrites its
+    chunk without the record under a fresh key and deletes this row and its key."""
+
+    __tablename__ = "retained_chunks"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # random; part of the AES-GCM AAD
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id"))
+    grp: Mapped[int] = mapped_column(BigInteger)
+    first_step: Mapped[int] = mapped_column(BigInteger)
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    n: Mapped[int] = mapped_column(Integer)
+    steps: Mapped[bytes] = mapped_column(LargeBinary)  # n x int64 little-endian, ascending (public step indices)
+    # nonce | AES-256-GCM(chunk key, X as n x d little-endian float64 | y as n float64) | tag
     sealed: Mapped[bytes] = mapped_column(LargeBinary)
+    __table_args__ = (Index("ix_retained_chunks_model_grp_last", "model_id", "grp", "last_step"),)
 
 
-class RetainedKey(Base):
-    """The data key of one retained example, wrapped by the service's encryption key.  Deleted with the example
-    when its record is forgotten: crypto-shredding (app/db/retained.py)."""
+class RetainedChunkKey(Base):
+    """The data key of one retained chunk, wrapped by the service's encryption key.  Deleted with its chunk when a
+    forget rewrites the chunk: crypto-shredding (app/db/retained.py)."""
 
-    __tablename__ = "retained_keys"
-    model_id: Mapped[str] = mapped_column(ForeignKey("models.id"), primary_key=True)
-    step: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    wrapped: Mapped[bytes] = mapped_column(LargeBinary)  # Cipher.seal(data key, "retained-key", "<model>:<step>")
+    __tablename__ = "retained_chunk_keys"
+    chunk_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id"), index=True)
+    wrapped: Mapped[bytes] = mapped_column(LargeBinary)  # Cipher.seal(chunk key, "retained-chunk-key", "<model>:<id>")
 
 
 class MerkleNode(Base):

@@ -17,7 +17,6 @@ from ..ids import utcnow
 from ..registry import (loss_for, spec_from_json)
 from ..unlearning.mechanism.calibration import require_finite_array
 from ..unlearning import (ArrayRetained, CapacityExhausted, ForgetError, InputError, NotDeletable, validate_examples)
-from ..db.retained import SqlRetained
 from . import book
 from .dropped import count_dropped
 from .idempotency import erase_learned
@@ -72,11 +71,10 @@ class Forgetting(UseCase):
                 engine = self._checkout(s, row) if engine is None else engine
             records = [_Rec(c, k, f.step, None if f.example_mac is None else f.example_mac.hex(), f.learned_at, f)
                        for c, k, f in zip(commits, lookups, (learned[i] for i in range(len(ids))))]
-            dim = json.loads(row.spec_json)["dim"]
             if engine.needs_retained_data:
                 if examples:
                     raise Problem(422, "examples-not-accepted", "This model keeps its data: send only the ids.")
-                store = self._reader(work, row, dim)
+                store = self._reader(work, row, engine)
             elif engine.needs_deletion_features:
                 store = self._client_examples(row, key, ids, records, examples)
             else:
@@ -107,11 +105,12 @@ class Forgetting(UseCase):
                 raise Problem(422, "forget-rejected", str(e)) from None
             erased = 0
             now = utcnow()
+            prepared = self._prepare(row, engine)  # outside the write lock
             with self.db.write() as s:
                 self._confirm(s, row)  # the records checked above and the state forgotten from are still current
                 if engine.needs_retained_data:
                     # crypto-shredding: the data keys and the sealed examples leave the database
-                    erased = SqlRetained(s, model_id, dim, self.registry.cipher).erase([r.step for r in records])
+                    erased = self._retained(s, row, engine).erase([r.step for r in records])
                 receipts = self.issuer.issue(s, row, engine, records, certs, now)
                 conn = s.connection()
                 conn.execute(_INSERT_FORGOTTEN, [
@@ -135,14 +134,15 @@ class Forgetting(UseCase):
                 row.epoch = receipts[-1]["epoch"]
                 row.rho_spent = float(engine.ledger().get("rho_spent") or 0.0)
                 row.n_forgotten += len(records)
-                self._store(s, row, engine, now, book=book.record(json.loads(row.ledger_json).get("book"), certs))
+                self._store(s, row, engine, now, book=book.record(json.loads(row.ledger_json).get("book"), certs),
+                            prepared=prepared)
                 result = {"receipts": receipts, "version": row.version}
                 if guard is not None:
                     guard.complete(s, result)
             self.registry.checkin(model_id, row.version, engine)
             self.records.committed(probe, None, row.version)
-            if erased:
-                self.db.scrub_wal()  # no WAL frame keeps the forgotten examples or their keys once we answer
+            if erased or self.registry.logs_examples(engine):
+                self.db.scrub_wal()  # no WAL frame keeps the forgotten examples (retained or logged) once we answer
             return result, certs
 
         result, certs = self._optimistic(model_id, "The unlearn", attempt)

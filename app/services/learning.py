@@ -15,10 +15,31 @@ from ..errors import Problem
 from ..ids import utcnow
 from ..registry import (loss_for, spec_from_json)
 from ..unlearning import (InputError, validate_examples)
-from ..db.retained import SqlRetained
 from . import book
 from .records import example_mac
 from .model_core import (UseCase, class_indices, numeric_guard)
+
+
+def capacity_problem(engine, left: int) -> Problem:
+    """409 horizon-reached naming the spec field that bounds the model and what raises it (issue 36 item 3); a family
+    whose capacity is spent for a reason of its own words it (``learn_refusal``: exact_ridge's release horizon,
+    which must not state a record count)."""
+    field = engine.learn_capacity_field()
+    own = engine.learn_refusal()
+    if own is not None:
+        return Problem(409, "horizon-reached", own, field=field)
+    detail = (f"The model was created for a horizon of {engine.step + left} examples and has learned {engine.step}: "
+              f"it can learn {left} more.")
+    if field == "hyperparameters.max_records":
+        detail += (" The bound is its retained-record cap, hyperparameters.max_records (records held at once: "
+                   "forgetting records makes room). When a spec does not give it, the service fills it in from its "
+                   "work budget, at most the setting OLU_MAX_RETAINED_RECORDS; create a model with a larger "
+                   "max_records (accepted up to what the setting OLU_MAX_REQUEST_WORK admits) to keep more.")
+    elif field is not None:
+        detail += f" The bound is {field}, declared at creation: create a model with a larger value to learn more."
+    else:
+        detail += " The bound is a constant of the family (its constants say which)."
+    return Problem(409, "horizon-reached", detail, field=field)
 
 
 class Learning(UseCase):
@@ -56,10 +77,8 @@ class Learning(UseCase):
                               "work budget, hyperparameters.max_learn_batch); send them in several requests.")
             left = engine.learn_capacity()
             if left is not None and len(ids) > left:
-                raise Problem(409, "horizon-reached", engine.learn_refusal() or (
-                    f"The model was created for a horizon of {engine.step + left} examples and has learned "
-                    f"{engine.step}: it can learn {left} more."))
-            store = self._reader(work, row, spec.dim) if engine.needs_retained_data else None
+                raise capacity_problem(engine, left)
+            store = self._reader(work, row, engine) if engine.needs_retained_data else None
 
             def compute():
                 with numeric_guard():
@@ -69,13 +88,14 @@ class Learning(UseCase):
             now = utcnow()
             macs = ([bytes.fromhex(example_mac(key, xi, yi)) for xi, yi in zip(Xv, yv)]
                     if engine.needs_deletion_features and not engine.needs_retained_data else None)
+            prepared = self._prepare(row, engine, learned=(Xv, yv))  # outside the write lock
             with self.db.write() as s:
                 self._confirm(s, row)  # the state the engine computed from is still the model's
                 batch_id = self.records.insert(s.connection(), probe, tenant_id, steps, macs, now)
                 if store is not None:
-                    SqlRetained(s, model_id, spec.dim, self.registry.cipher).add(steps, Xv, yv)
+                    self._retained(s, row, engine).add(steps, Xv, yv)
                 old_bytes = row.bytes_stored
-                self._store(s, row, engine, now, n_records=row.n_records + len(ids))
+                self._store(s, row, engine, now, prepared=prepared, n_records=row.n_records + len(ids))
                 # under the tenant's row lock: concurrent learns of the tenant's models do not pass a quota together
                 self.quotas.check_locked(s, tenant_id, {"records": len(ids), "bytes": row.bytes_stored - old_bytes})
                 result = {"accepted": len(ids), "first_step": int(steps[0]), "last_step": int(steps[-1]),
@@ -120,7 +140,7 @@ class Learning(UseCase):
                 raise Problem(409, "retrain-not-supported", f"{row.algorithm} keeps no data to retrain on; "
                               "its forgets never need a retrain (one its analysis cannot certify restarts the "
                               "model exactly).")
-            store = self._reader(work, row, json.loads(row.spec_json)["dim"])
+            store = self._reader(work, row, engine)
 
             def compute():
                 with numeric_guard():
@@ -128,6 +148,7 @@ class Learning(UseCase):
 
             work.run(compute, "The retrain")
             now = utcnow()
+            prepared = self._prepare(row, engine)  # outside the write lock
             with self.db.write() as s:
                 self._confirm(s, row)
                 row.epoch += 1
@@ -135,7 +156,8 @@ class Learning(UseCase):
                 s.execute(insert(LedgerEntry), [{"model_id": model_id, "epoch": row.epoch, "receipt_id": None,
                                                  "kind": "retrain", "step": engine.step, "sigma": 0.0, "rho": 0.0,
                                                  "created_at": now}])
-                self._store(s, row, engine, now, book=book.new_epoch(json.loads(row.ledger_json).get("book")))
+                self._store(s, row, engine, now, book=book.new_epoch(json.loads(row.ledger_json).get("book")),
+                            prepared=prepared)
                 result = {"version": row.version, "epoch": row.epoch}
                 if guard is not None:
                     guard.complete(s, result)

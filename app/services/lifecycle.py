@@ -10,6 +10,7 @@ from typing import Any, Iterable
 import numpy as np
 from sqlalchemy import delete, insert, select
 
+from ..db import state_log
 from ..db.record_batches import lookups_of
 from ..db.tables import LedgerEntry, Model, ModelState, Record, RecordBatch, Tenant
 from ..errors import Problem
@@ -149,7 +150,7 @@ class ModelLifecycle(UseCase):
                     steps.append(int(batch_steps[i]))
                     learned.append(at)
         receipt = self.issuer.issue_erasure(s, row, len(packed), erased_records_sha256(packed), now)
-        s.execute(delete(ModelState).where(ModelState.model_id == model_id))
+        state_log.erase(s, model_id)  # the base, the deltas and their keys
         s.execute(delete(Record).where(Record.model_id == model_id))
         s.execute(delete(RecordBatch).where(RecordBatch.model_id == model_id))
         SqlRetained(s, model_id, 0).erase_all()

@@ -23,14 +23,15 @@ from sqlalchemy.dialects.postgresql import ARRAY as PG_ARRAY
 
 from ..db.session import Database
 from ..db.record_batches import Found, RecordBook
-from ..db.tables import Model, ModelState, Record, Tenant
+from ..db import state_log
+from ..db.tables import Model, Record, Tenant
 from ..errors import Problem
 from ..features import FeatureError, dense_rows
 from ..ids import id_pattern
 from ..registry import (ModelRegistry, published_bytes, spec_from_json)
 from ..unlearning.contract.errors import NumericError
 from ..unlearning import (SpecError, Unlearner, engine_class)
-from ..db.retained import ShortReadRetained
+from ..db.retained import ShortReadRetained, SqlRetained
 from .concurrency import ATTEMPTS, ModelGates, Moved, conflict_problem
 from .ledger import ledger_summary
 from .quotas import Quotas, bump, model_bytes, record_bytes
@@ -156,8 +157,6 @@ _SELECT_FORGOTTEN_ANY = select(*_FORGOTTEN_COLUMNS).where(
     _RECORDS.c.lookup == any_(bindparam("keys", type_=PG_ARRAY(BigInteger))))
 _INSERT_FORGOTTEN = insert(_RECORDS)
 _RECORD_KEY = select(Tenant.__table__.c.record_key).where(Tenant.__table__.c.id == bindparam("tid"))
-_STORE_STATE = update(ModelState.__table__).where(ModelState.__table__.c.model_id == bindparam("mid")).values(
-    version=bindparam("version"), blob=bindparam("blob"))
 
 
 def _forgotten(s, model_id: str, commits: Sequence[str], lookups: Sequence[int]) -> dict[str, str | None]:
@@ -267,6 +266,13 @@ class _ModelRow:
 
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A computed engine's published bytes and state write (``UseCase._prepare``)."""
+    published: bytes
+    write: Any
+
+
 class ModelCore:
     """The state the model use cases share in one process (each service holds the same core)."""
 
@@ -330,9 +336,14 @@ class UseCase:
         if found is None or found[0] != row.version or found[1] != row.status:
             raise Moved()
 
-    def _reader(self, work, row: _ModelRow, dim: int) -> ShortReadRetained:
+    def _reader(self, work, row: _ModelRow, engine: Unlearner) -> ShortReadRetained:
         """The model's retained examples for a computation made outside any transaction."""
-        return ShortReadRetained(self.db, row.id, dim, self.registry.cipher, check=work.check)
+        return ShortReadRetained(self.db, row.id, engine.spec.dim, self.registry.cipher, check=work.check,
+                                 groups=engine.retained_groups)
+
+    def _retained(self, s, row: _ModelRow, engine: Unlearner) -> SqlRetained:
+        """The model's retained examples in the write transaction ``s``."""
+        return SqlRetained(s, row.id, engine.spec.dim, self.registry.cipher, groups=engine.retained_groups)
 
     def view(self, row: Model) -> dict[str, Any]:
         spec = json.loads(row.spec_json)
@@ -398,26 +409,42 @@ class UseCase:
         return commitment_digests(key, ids)
 
     def _checkout(self, s, row: _ModelRow) -> Unlearner:
-        def load_blob() -> bytes:
-            return s.execute(select(ModelState.blob).where(ModelState.model_id == row.id)).scalar_one()
+        return self.registry.checkout(row.id, row.version, row.spec_json,
+                                      lambda: state_log.load(s, self.registry.cipher, row.id))
 
-        return self.registry.checkout(row.id, row.version, row.spec_json, load_blob)
+    def _prepare(self, row: _ModelRow, engine: Unlearner, learned: tuple | None = None) -> "Prepared":
+        """What ``_store`` writes of a computed engine, made before the write transaction so that the model's lock
+        (SQLite's write lock: every tenant's writes wait for it) is not held while the published parameters are
+        solved (exact_ridge: a p x p system) nor while the state is packed, diffed and sealed: the published bytes
+        and the state write (a base, or a delta when ``learned``, the batch a learn consumed, is one the stored
+        state may log: app/state_store.py), for the version after ``row``'s."""
+        with numeric_guard():
+            published = published_bytes(engine.published())
+        return Prepared(published, self.registry.plan_write(engine, row.id, row.version + 1, learned))
 
-    def _store(self, s, row: _ModelRow, engine: Unlearner, now, book: Any = _KEEP, **fields: Any) -> None:
+    def _store(self, s, row: _ModelRow, engine: Unlearner, now, book: Any = _KEEP, learned: tuple | None = None,
+               prepared: "Prepared | None" = None, **fields: Any) -> None:
+        """Write the model row and the engine's state at the next version, in the write transaction ``s``
+        (``prepared`` by ``_prepare`` outside it, else made here)."""
+        if prepared is None:
+            prepared = self._prepare(row, engine, learned)
         if book is _KEEP:
             book = json.loads(row.ledger_json).get("book")
         row.version += 1
         row.step = engine.step
         row.status = engine.status
-        with numeric_guard():
-            row.published = published_bytes(engine.published())
+        row.published = prepared.published
         row.published_at = now
         row.updated_at = now
         row.ledger_json = json.dumps({**engine.ledger(), "book": book})
         for k, v in fields.items():
             setattr(row, k, v)
-        blob = self.registry.dump(engine, row.id)
-        row.bytes_stored = model_bytes(len(blob), row.n_records - row.n_forgotten, self.core.record_bytes(engine))
+        write = prepared.write
+        row.bytes_stored = model_bytes(write.info.stored, row.n_records - row.n_forgotten,
+                                       self.core.record_bytes(engine))
         row.flush(s)
-        # Core on the connection: no ORM autoflush of the model row here
-        s.connection().execute(_STORE_STATE, {"mid": row.id, "version": row.version, "blob": blob})
+        if write.kind == "base":
+            before = self.registry.stored_of(engine)
+            state_log.rebase(s, row.id, row.version, write.payload, None if before is None else before.count)
+        else:
+            state_log.append(s, self.registry.cipher, row.id, row.version, write.kind, write.payload)

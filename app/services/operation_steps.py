@@ -171,10 +171,10 @@ class _Operated:
 class OperationLearning(_Operated, Learning):
     rows: tuple[np.ndarray, np.ndarray]
 
-    def _reader(self, work, row, dim: int):
+    def _reader(self, work, row, engine):
         self.handle.total = max(0, int(row.n_records) - int(row.n_forgotten))
         self.handle.progress = 0  # a new attempt reads from the start
-        return CountingRetained(super()._reader(work, row, dim), self.handle)
+        return CountingRetained(super()._reader(work, row, engine), self.handle)
 
     def _learn_rows(self, spec, X: Any, y: Any, F: list | None) -> tuple[Any, Any]:
         return self.rows  # checked (and encoded) when the operation was created

@@ -10,8 +10,9 @@ their ``bytes_stored``, which every write sets (``model_bytes``).  It is kept as
 in its own transaction, so a quota check reads one row, not a sum over all the tenant's models (30 ms at 10⁴ models
 on PostgreSQL; docs/performance.md §10).  A model's bytes are the byte lengths of what the model keeps, namely
 its sealed secret state, and per record held 32 bytes of commitment and 8 of step in the record index, 32 more of
-example MAC for a family whose clients send features to forget, and for a family that keeps its data the sealed
-example (nonce 12 + 8 (dim + 1) + tag 16 bytes) and its wrapped data key.  Not counted: the database's own page
+example MAC for a family whose clients send features to forget, and for a family that keeps its data the example's
+8 (dim + 1) bytes and its 8-byte step in its sealed chunk (app/db/retained.py; a chunk's nonce, tag and wrapped key,
+about 100 bytes per thousands of records, are not counted).  Not counted: the database's own page
 and index overhead, and what is kept for audit after a forget or an erasure (receipts, the log, the forgotten
 records' commitments), which a quota must not refuse to write.
 
@@ -59,7 +60,7 @@ def record_bytes(engine, dim: int, wrapped_key_bytes: int) -> int:
     """The bytes one record held by this model occupies (module docstring)."""
     n = INDEX_BYTES
     if engine.needs_retained_data:
-        n += SEALED_OVERHEAD + 8 * (dim + 1) + wrapped_key_bytes
+        n += 8 * (dim + 1) + 8  # its row and step in a sealed chunk (wrapped_key_bytes: per chunk, not counted)
     elif engine.needs_deletion_features:
         n += MAC_BYTES
     return n

@@ -296,7 +296,7 @@ def build(settings, api_key: str, config: ConsumerConfig) -> tuple[Consumer, Any
         raise RuntimeError(f"the API key given to the consumer is not a valid tenant key ({_why(db, api_key)})")
     if "write" not in principal.scopes:
         log.warning("the consumer's key has no 'write' scope: events without their own key will be dead-lettered")
-    models = ModelService(db, ModelRegistry(cipher=cipher), ReceiptIssuer(keyring), settings)
+    models = ModelService(db, ModelRegistry(cipher=cipher, state_log=settings.state_log), ReceiptIssuer(keyring), settings)
     tid = principal.tenant_id
     applier = Applier(db, models, tenants, tid, api_key, max_batch=settings.max_batch,
                       results_subject=config.results_subject.replace("{prefix}", config.subject_prefix),

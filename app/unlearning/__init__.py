@@ -21,6 +21,7 @@ from .families.second_order import SecondOrderOLU
 from .families.sisa import SISA
 from .mechanism.noise import NoiseSource, SecureGaussianNoise, SeededNoise
 
+
 ALGORITHMS: dict[str, type[Unlearner]] = {
     cls.algorithm: cls for cls in (PassiveOLU, PassiveOLURestart, ActiveOLU, RetrainOGD, DescentToDelete, RewindToDelete,
                                MemoryPair, DiscardAndRestart, OnlineDPTree, SecondOrderOLU, SISA, ExactRidge)

@@ -6,7 +6,7 @@ ends; ``operation_receipts`` the receipt of each record a bulk unlearn forgot, i
 (app/services/operations.py).
 
 Revision ID: 0016
-Revises: 0014
+Revises: 0015
 Create Date: 2026-12-01 10:00:00
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0016'
-down_revision = '0014'
+down_revision = '0015'
 branch_labels = None
 depends_on = None
 

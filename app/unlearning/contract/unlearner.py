@@ -193,6 +193,12 @@ class Unlearner(ABC):
         """Public accounting: rho_spent, rho_budget, capacity_total, capacity_left, deletions."""
 
     supports_retrain: ClassVar[bool] = False
+    # Issue 36 item 1: True when ``learn`` is a deterministic function of the state and the batch (no noise, no
+    # retained data read) and learning batches one after another gives, bit for bit, the state of learning them
+    # concatenated in one call (exact integer sums).  The service then stores a learn as the batch itself (sealed;
+    # a few kB) instead of the whole state, and rebuilds a version by re-learning the batches logged since the last
+    # full state (app/db/state_log.py); every forget folds that log into a full state again.
+    learn_replays_exactly: ClassVar[bool] = False
 
     def accounting_params(self) -> dict[str, Any] | None:
         """Parameters of the ledger policy in ``app.privacy`` that this model's Gaussian certificates must fit
@@ -227,6 +233,15 @@ class Unlearner(ABC):
         tell an observer that a record came or went.  The service then withholds them (null)."""
         return True
 
+    def learn_capacity_field(self) -> str | None:
+        """The spec field that bounds ``learn_capacity`` (a refusal at the cap names it): the retained-record cap
+        ``hyperparameters.max_records`` where the spec has one, else a declared ``hyperparameters.horizon``; None
+        when the bound is a constant of the family."""
+        hp = self.spec.hyperparameters
+        if hp.get("max_records") is not None:
+            return "hyperparameters.max_records"
+        return "hyperparameters.horizon" if hp.get("horizon") is not None else None
+
     def learn_batch_limit(self) -> int | None:
         """The most examples one learn request may carry (``max_learn_batch``: the work budget), or None."""
         cap = self.spec.hyperparameters.get("max_learn_batch")
@@ -246,6 +261,13 @@ class Unlearner(ABC):
             return 0
         return int(getattr(self, "epoch_start", 0) or 0)
 
+    def retained_groups(self, steps: np.ndarray) -> np.ndarray:
+        """The public group of each retained step (int64, like ``steps``): the store seals a group's records together
+        (issue 36 item 2), so that a replay reading one group (sisa: one shard) reads and decrypts only its records.
+        A pure function of the step and the spec, never of data; it is part of the stored layout, so it must not
+        change for an existing spec.  The default puts every record in group 0."""
+        return np.zeros(len(steps), dtype=np.int64)
+
     def restart_steps(self, steps: np.ndarray) -> tuple[int, int] | None:
         """Of the steps a ``learn`` call just assigned, the (first, last) range whose forget will discard the
         whole learned state (an exact restart: receipts say so) rather than being certified by noise, known from
@@ -263,10 +285,23 @@ class Unlearner(ABC):
     def cost(cls, spec: ModelSpec, batch: int) -> "wb.Cost":
         """The worst case of one request (app/unlearning/maths/work_budget.py), from the normalised spec alone: ``batch`` is
         the largest learn request; a family that keeps records reads its cap from ``max_records``.  This default
-        is the one-pass online learner: one projected OGD step per example, a Gaussian release per forget."""
+        is the one-pass online learner: one projected OGD step per example (the compiled loop for the scalar losses
+        on a schedule of the clock alone, a Python step otherwise), a Gaussian release per forget."""
+        from ..mechanism.fast import LOSS_CODES
+
         p = spec.n_params
-        return wb.Cost(learn=wb.ogd_steps(batch, p), forget=wb.release(p), forget_each=wb.release(p),
-                       array_bytes=wb.F64 * p)
+        compiled = spec.loss in LOSS_CODES and spec.hyperparameters.get("schedule") != "adaptive"
+        learn = wb.fast_ogd(batch, p) if compiled else wb.ogd_steps(batch, p)
+        return wb.Cost(learn=learn, forget=wb.release(p), forget_each=wb.release(p), array_bytes=wb.F64 * p)
+
+    @classmethod
+    def predict_cost(cls, spec: ModelSpec, n: int) -> float:
+        """The work of predicting ``n`` rows from the published parameters (``predict_published``): each member of
+        ``published_shape`` scores the rows over its outputs (a classifier's K, else 1)."""
+        shape = cls.published_shape(spec)
+        members = shape[0] if cls.published_ensemble(spec) else 1
+        outputs = int(np.prod(shape)) // (members * (spec.dim + 1))
+        return wb.predict(n, spec.dim + 1, outputs, members)
 
     @classmethod
     def estimate(cls, spec: ModelSpec, batch: int) -> "wb.Cost":
@@ -344,6 +379,15 @@ class Unlearner(ABC):
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(predictions, scores) from the published parameters only."""
         return self.predict_published(self.spec, self.loss, self.published(), np.asarray(X, dtype=np.float64))
+
+
+def ogd_learn_work(spec: ModelSpec, batch: int) -> float:
+    """The work of learning ``batch`` examples by projected OGD through ``retrain.ogd_run`` (OGDIterate): the
+    compiled exact loop for the scalar losses, a Python-level step each otherwise (softmax)."""
+    from ..mechanism.fast import LOSS_CODES
+
+    p = spec.n_params
+    return wb.exact_ogd(batch, p) + 3.0 * wb.STEP if spec.loss in LOSS_CODES else wb.ogd_steps(batch, p)
 
 
 def checked_forget_steps(steps: Sequence[int], t: int) -> list[int]:

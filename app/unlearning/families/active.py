@@ -55,7 +55,7 @@ import numpy as np
 from ..contract.certificate import Certificate
 from ..contract.errors import SpecError
 from ..contract.spec import ModelSpec
-from ..contract.unlearner import RetainedData, Unlearner
+from ..contract.unlearner import RetainedData, Unlearner, ogd_learn_work
 from ..maths import work_budget as wb
 from ..maths.domain import project_l2_ball
 from ..maths.losses import augment
@@ -178,7 +178,7 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
             mem = wb.F64 * (min(N * (p + 1), CACHE_FLOATS + CHUNK_SIZE * p) + CHUNK_SIZE * p)
         replay = wb.read(N, p, CHUNK_SIZE) + wb.ogd_steps(N, p)
         forget_fields = ("hyperparameters.max_records", "hyperparameters.max_gd_steps", "dim")
-        return wb.Cost(learn=wb.ogd_steps(batch, p), forget=each, forget_each=each, retrain=replay, array_bytes=mem,
+        return wb.Cost(learn=ogd_learn_work(spec, batch), forget=each, forget_each=each, retrain=replay, array_bytes=mem,
                        forget_fields=forget_fields, memory_fields=("dim", "hyperparameters.max_records"))
 
     def records_held(self) -> int:

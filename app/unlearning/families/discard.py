@@ -16,6 +16,7 @@ convex) or O(k sqrt T) (convex) (digest §3.5); everything learned before a rest
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Mapping, Sequence
 
@@ -24,6 +25,7 @@ import numpy as np
 from ..contract.certificate import Certificate
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData, Unlearner
+from ..maths import work_budget as wb
 from ..mechanism.calibration import Checks
 from ..mechanism.noise import NoiseSource
 from .passive import PassiveOLU
@@ -72,6 +74,13 @@ class DiscardAndRestart(PassiveOLU):
         hp.pop("allocation", None)
         hp.pop("omega", None)
         return hp
+
+    @classmethod
+    def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
+        """The passive learn; a forget re-initialises the model (theta <- 0, the clock), O(p)."""
+        base = super().cost(spec, batch)
+        zero = wb.restart(spec.n_params, draw=False)
+        return dataclasses.replace(base, forget=zero, forget_each=zero)
 
     def calibration_worst_case(self, checks: Checks) -> None:
         """Only the OGD part of passive OLU's worst case (loss constants, the first step eta_1 of the schedule, the

@@ -246,8 +246,8 @@ class OnlineDPTree(Unlearner):
             f", or raise privacy.epsilon, or lower hyperparameters.max_deletions, hyperparameters.horizon or "
             f"bounds.x_norm: the node noise of {sigma_grid:.3g} grid steps is beyond the compiled sampler's range "
             "(2^29), and each coordinate drawn there costs up to 200 times more")
-        # a forget builds its certificate (~70 us measured): 4 STEP
-        return wb.Cost(learn=batch * per, forget=4 * wb.STEP, forget_each=wb.STEP, array_bytes=wb.F64 * levels * p,
+        # a forget builds its certificate (20-50 us measured, issue 36): 2 STEP
+        return wb.Cost(learn=batch * per, forget=2 * wb.STEP, forget_each=wb.STEP, array_bytes=wb.F64 * levels * p,
                        learn_fields=("dim", "n_classes"), memory_fields=("dim", "hyperparameters.horizon"), hint=hint)
 
     @classmethod

@@ -105,6 +105,10 @@ class ExactRidge(Unlearner):
         self.gcv = hp["l2_selection"] == "gcv"
         self.private = (private.PrivatePublication(spec, self.grid, hp) if hp["publication"] == "private"
                         else None)
+        # issue 36 item 1: a learn adds exact integer sums, so batches learned one after another equal their
+        # concatenation bit for bit and the service may log a learn as its batch (app/state_store.py;
+        # tests/test_state_log.py checks the claim); not a private model, whose learn may draw a release's noise
+        self.learn_replays_exactly = self.private is None
         if self.private is not None:  # the instance states its own guarantee and accounting (read by the service)
             self.accounting = "dp_from_start"
             self.guarantee_definition = private.DEFINITION
@@ -304,6 +308,13 @@ class ExactRidge(Unlearner):
             left = 0
         cap = super().learn_capacity()
         return max(0, left if cap is None else min(cap, left))
+
+    def learn_capacity_field(self) -> str | None:
+        """A private model's releases bound it (``release_horizon``); else the retained-record cap, if any (the int64
+        sums' own cap is a constant of the family: ``constants.record_cap``)."""
+        if self.private is not None and self.private.releases_left == 0:
+            return "hyperparameters.release_horizon"
+        return super().learn_capacity_field()
 
     def learn_refusal(self) -> str | None:
         if self.private is not None and self.private.releases_left == 0:

@@ -43,8 +43,11 @@ class MemoryPairCalibration(Unlearner):
         step = (wb.STEP * (6 + 2 * m) + (4.0 * m * m + 6.0 * m + 20.0) * p * wb.FLOP
                 + (8.0 * m * m * p + 30.0 * m**3) * wb.DENSE_FLOP)
         N = int(spec.hyperparameters.get("max_records") or batch) if cls.keeps_records(spec) else 0
-        return wb.Cost(learn=batch * step, forget=step + wb.release(p), forget_each=step + wb.release(p),
-                       retrain=wb.read(N, p) + 2.0 * N * step,  # measured: a retrain's step ~1.7x a learn's
+        read = wb.read_random(1, p) if N else 0.0  # retained mode: the record's chunk is read
+        # measured: the removal step (its factor rebuilt) ~2x a learn's step, a retrain's step ~0.8x
+        return wb.Cost(learn=batch * step, forget=2.0 * step + wb.release(p) + read,
+                       forget_each=2.0 * step + wb.release(p) + read - (wb.STORE if N else 0.0),
+                       retrain=wb.read(N, p) + 1.2 * N * step,
                        array_bytes=wb.F64 * 2.0 * m * p,
                        learn_fields=("dim", "hyperparameters.memory"), forget_fields=("dim", "hyperparameters.memory"),
                        memory_fields=("dim", "hyperparameters.memory"))

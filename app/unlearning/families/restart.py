@@ -25,6 +25,7 @@ Cor. 3.6).  ``c`` (default 1.0) is the paper's unspecified constant: larger c re
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Mapping, Sequence
 
@@ -32,6 +33,7 @@ from ..contract.certificate import Certificate
 from ..contract.errors import CapacityExhausted, SpecError
 from ..contract.spec import ModelSpec
 from ..contract.unlearner import RetainedData
+from ..maths import work_budget as wb
 from ..maths.domain import project_l2_ball
 from ..mechanism.calibration import N_MAX
 from ..mechanism.noise import NoiseSource
@@ -120,6 +122,21 @@ class PassiveOLURestart(PassiveOLU):
     @property
     def status(self) -> str:
         return "ready"  # an exhausted capacity restarts the model instead
+
+    @classmethod
+    def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
+        """PassiveOLU's, but a forget is a restart (a draw of p coordinates) where no record can ever pass the restart
+        test within the horizon (tau / u^2 >= 1 / tau > the threshold at tau = T): then no release is reachable."""
+        base = super().cost(spec, batch)
+        T = int(spec.hyperparameters.get("horizon") or N_MAX)
+        try:
+            reachable = T * cls(spec).restart_threshold(max(T, 2)) >= 1.0
+        except (ArithmeticError, ValueError):
+            reachable = True
+        if reachable:
+            return base
+        restart = wb.restart(spec.n_params)
+        return dataclasses.replace(base, forget=restart, forget_each=restart)
 
     # ---- the restart test -----------------------------------------------------------------------
     def restart_threshold(self, tau_local: int) -> float:

@@ -53,7 +53,7 @@ def ogd_recompute(loss: Loss, schedule: Schedule, radius: float, dim: int, retai
     """
     theta = np.zeros(loss.n_params(dim))
     for steps, X, y in retained.chunks(chunk_size, exclude=exclude):
-        if upto is not None:
+        if upto is not None and len(steps) and steps[-1] > upto:  # (no copy of a chunk that is all kept)
             keep = steps <= upto
             steps, X, y = steps[keep], X[keep], y[keep]
         if len(steps):
@@ -175,8 +175,10 @@ class RetrainOGD(OGDIterate, ExactOGD):
         """Learn: one OGD step per example.  Forget and retrain: read every kept record and replay OGD over them
         (one recomputation serves a whole forget request): O(N d) for N = max_records."""
         p, N = spec.n_params, int(spec.hyperparameters.get("max_records") or batch)
-        replay = wb.read(N, p, CHUNK_SIZE) + wb.ogd_steps(N, p)
-        return wb.Cost(learn=wb.ogd_steps(batch, p), forget=replay, retrain=replay,
+        replay = wb.read(N, p) + wb.exact_ogd(N, p)  # the compiled exact loop (mechanism/exact_ogd.py)
+        check = wb.read_random(1, p)  # the forgotten record is looked up first (held?)
+        return wb.Cost(learn=wb.exact_ogd(batch, p) + wb.CALL, forget=replay + check,
+                       forget_each=check - wb.STORE, retrain=replay,
                        array_bytes=wb.F64 * (p + 1) * min(N, CHUNK_SIZE) * 2,
                        learn_fields=("dim",), forget_fields=("hyperparameters.max_records", "dim"))
 

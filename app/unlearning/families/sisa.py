@@ -113,10 +113,16 @@ class SISA(ExactOGD):
         p, N = spec.n_params, int(hp.get("max_records") or batch)
         S, R = int(hp.get("shards", DEFAULT_SHARDS)), int(hp.get("slices", DEFAULT_SLICES))
         shard = math.ceil(N / S)
-        replay = wb.read(shard, p, CHUNK_SIZE) + wb.ogd_steps(shard, p)
-        everything = S * replay
-        return wb.Cost(learn=wb.ogd_steps(batch, p), forget=replay, forget_each=replay, retrain=everything,
-                       forget_most=everything,
+        # one shard read (its records are chunked together: app/db/retained.py, retained_groups) and replayed by the
+        # compiled exact loop, its slice checkpoints kept; the forgotten record looked up first
+        replay = (wb.read(shard, p, wb.small_chunk_records(p)) - wb.STORE + wb.QUERY + 1.5 * wb.exact_ogd(shard, p)
+                  + (R + 1) * wb.CALL)
+        check = wb.read_random(1, p) - wb.STORE
+        everything = wb.STORE + S * replay
+        learn = 2.0 * wb.exact_ogd(batch, p) + min(batch, S) * 2 * wb.CALL  # per shard: its rows (a strided copy),
+        # its slice checkpoints
+        return wb.Cost(learn=learn, forget=wb.STORE + replay + check, forget_each=replay + check, retrain=everything,
+                       forget_most=everything + S * check,  # every shard once, and each one's record looked up
                        array_bytes=wb.F64 * max(p * S * (R + 1), (p + 1) * min(N, CHUNK_SIZE) * 2),
                        learn_fields=("dim",), forget_fields=("hyperparameters.max_records", "hyperparameters.shards",
                                                              "dim"),
@@ -126,6 +132,10 @@ class SISA(ExactOGD):
     def shard_of(self, step):
         """The shard of a global step (an int, or an int64 array of steps)."""
         return (step - 1) % self.shards
+
+    def retained_groups(self, steps: np.ndarray) -> np.ndarray:
+        """The retained store keeps each shard's records together: a forget reads one shard's (issue 36 item 2)."""
+        return self.shard_of(np.asarray(steps, dtype=np.int64))
 
     def position(self, step):
         """The step's 1-based position j in its shard: its clock there (eta_j); an int or an int64 array."""
@@ -224,9 +234,11 @@ class SISA(ExactOGD):
         y = np.asarray(y, dtype=np.float64)
         steps = np.arange(self.t + 1, self.t + 1 + len(X), dtype=np.int64)
         t_after = self.t + len(X)
-        shards = self.shard_of(steps)
-        for shard in np.unique(shards).tolist():
-            rows = np.flatnonzero(shards == shard)
+        for shard in range(self.shards):
+            first = (shard - self.t) % self.shards  # the batch's rows of this shard: every S-th from here
+            if first >= len(X):
+                continue
+            rows = slice(first, None, self.shards)
             self.thetas[shard] = self._advance(shard, self.thetas[shard], self.position(steps[rows]), X[rows],
                                                y[rows], self.shard_size(shard, t_after))
         self.t = t_after

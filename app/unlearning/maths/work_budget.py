@@ -25,8 +25,19 @@ RELEASE = 400.0     # one coordinate of a discrete Gaussian release (CKS20 sampl
 PURE_DRAW = 60_000.0  # one discrete Gaussian draw by the pure-Python CKS20 sampler (noise.py): the compiled kernel's
                       # int64 bounds exclude sigma'/g > 2^30.5 (fast_dgauss.route); measured 45-52 us at 2e9..1e15
 FALLBACK_DRAW = RELEASE + 0.1 * PURE_DRAW  # 2^29 <= sigma'/g <= 2^30.5: a few % of draws redone by the pure path
-READ = 25_000.0     # one retained record read from the store (AES-GCM open of its key and of its sealed row)
-PAGE = 200_000.0    # one page query of the retained store (a chunk of ``chunk_size`` records)
+# the retained store (app/db/retained.py) seals records in chunks of up to CHUNK_RECORDS records and CHUNK_BYTES
+# bytes of rows; a read opens whole chunks (issue 36): SQLite through mmap, AES-GCM, the arrays
+READ_BYTE = 1.4     # one byte of retained rows read and opened (measured 0.6-0.8 ns a byte at d = 32..1000)
+CHUNK_OPEN = 60_000.0  # one chunk: its row fetched, its data key unwrapped, its arrays made
+STORE = 1_500_000.0    # a request's reads of the store: its queries, each in a short read transaction
+QUERY = 800_000.0      # one more look-up in the store (a group's chunk list and its chunks: two short reads)
+CHUNK_RECORDS, CHUNK_BYTES = 4096, 512 << 10
+READ = CHUNK_OPEN + CHUNK_BYTES * READ_BYTE  # one record read at random: the whole chunk that holds it is opened
+PAGE = CHUNK_OPEN   # (kept for callers of the per-record store's page cost: one chunk)
+EXACT_STEP = 60.0   # one step of the compiled exact OGD loop (mechanism/exact_ogd.py) besides its 4 p multiply-adds
+FAST_STEP = 600.0   # one step of the compiled passive OGD loop (mechanism/fast.py) besides its 4 p multiply-adds
+PREDICT_OUTPUT = 20.0  # one output of a prediction (exp, normalisation, the argmax or threshold)
+PREDICT_CALL = 80_000.0  # one member's prediction call (its scores, output map and checks, in Python)
 F64 = 8             # bytes per float64
 DISTRIBUTED = 1.7   # descent_to_delete distributed: measured / counted (reservoir updates, slot bookkeeping, selection)
 
@@ -57,14 +68,57 @@ def release(p: int) -> float:
     return STEP + p * (RELEASE + 4.0 * FLOP)
 
 
-def read(n: float, p: int, chunk: int = 4096) -> float:
-    """Reading n retained records of p floats from the store in pages of ``chunk`` records."""
-    return n * (READ + 2.0 * p * FLOP) + math.ceil(max(n, 1) / max(chunk, 1)) * PAGE
+def chunk_records(p: int) -> int:
+    """Records in one full chunk of the retained store, a record being p + 1 floats (x, y)."""
+    return max(1, min(CHUNK_RECORDS, CHUNK_BYTES // (F64 * (int(p) + 1))))
+
+
+def small_chunk_records(p: int) -> int:
+    """Records in the smallest chunk a learn leaves behind in a group (app/db/retained.py: a learn's rows for a
+    group are merged into its last chunk below half of SMALL_BYTES, 32 KiB of rows): the chunk size to count for
+    a group that learns a few records per request (sisa's shards)."""
+    return max(1, min(chunk_records(p), (32 << 10) // (F64 * (int(p) + 1))))
+
+
+def read(n: float, p: int, chunk: int | None = None) -> float:
+    """Reading n retained records of p floats (and their label) from the store in bulk (every chunk that holds
+    them, in step order), in chunks of at most ``chunk`` records (default: full chunks).  At least one chunk."""
+    per = chunk_records(p) if chunk is None else max(1, min(int(chunk), chunk_records(p)))
+    records = max(float(n), float(per))
+    return STORE + records * F64 * (p + 2) * READ_BYTE + math.ceil(records / per) * CHUNK_OPEN
+
+
+def read_random(k: float, p: int) -> float:
+    """Reading k records scattered among those kept: a chunk opened for each."""
+    return STORE + k * (CHUNK_OPEN + chunk_records(p) * F64 * (p + 2) * READ_BYTE)
+
+
+def fast_ogd(n: float, p: int) -> float:
+    """n projected OGD steps in the compiled loop of mechanism/fast.py (passive families, scalar losses): measured
+    ~2 p ns and a fraction of a microsecond per step."""
+    return CALL + n * (FAST_STEP + 4.0 * p * FLOP)
+
+
+def exact_ogd(n: float, p: int) -> float:
+    """n steps of the compiled exact OGD loop over rows of p parameters (learning and replay of retrain, sisa)."""
+    return n * (EXACT_STEP + 4.0 * p * FLOP)
 
 
 def gd_pass(n: float, p: int, chunk: int) -> float:
     """One full-batch gradient over n in-memory records in chunks of ``chunk`` (one numpy call per chunk)."""
     return n * grad_flops(p) * FLOP + math.ceil(max(n, 1) / max(chunk, 1)) * CALL + STEP
+
+
+def predict(n: float, p: int, outputs: int, members: int = 1) -> float:
+    """Predicting n rows from published parameters: per member a call and the scores (n x outputs, p multiply-adds
+    each: a matrix-vector product, ~0.5 ns each measured) and their output map (sigmoid, softmax: a few passes)."""
+    return PREDICT_CALL + members * (CALL + n * outputs * (p * FLOP + PREDICT_OUTPUT))
+
+
+def restart(p: int, draw: bool = True) -> float:
+    """A restart of an online model: its state re-drawn from the noise source (``draw``) or zeroed (p coordinates),
+    its clock and ledger reset."""
+    return 6.0 * STEP + 100.0 * p if draw else 3.0 * STEP + 4.0 * p
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,20 @@ def exact_supported(schedule: Schedule, loss) -> bool:
     return type(loss) is Loss and loss.name in LOSS_CODES and schedule_params(schedule) is not None
 
 
+def _kernel_view(a: np.ndarray) -> np.ndarray:
+    """``a`` as the kernel's signature takes it (a writable array; the kernel only reads it): a read-only view of a
+    writable array (the retained store's chunks, ArrayRetained's views) is re-viewed writable, without a copy;
+    an array over immutable memory is copied."""
+    if a.flags.writeable:
+        return a
+    view = a.view()
+    try:
+        view.flags.writeable = True
+    except ValueError:
+        return a.copy()
+    return view
+
+
 def exact_ogd_at(theta: np.ndarray, X: np.ndarray, y: np.ndarray, steps: np.ndarray, schedule: Schedule, loss,
                  radius: float) -> np.ndarray:
     """Projected OGD from ``theta`` (not changed) over the raw rows X, example i at clock steps[i]; the new
@@ -237,8 +251,9 @@ def exact_ogd_at(theta: np.ndarray, X: np.ndarray, y: np.ndarray, steps: np.ndar
     Callers check ``exact_supported`` first."""
     cap, t_switch, mu_sched = schedule_params(schedule)
     out = np.array(theta, dtype=np.float64, order="C")  # a copy: the loops run in place
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    args = (out, X, np.ascontiguousarray(y, dtype=np.float64), np.ascontiguousarray(steps, dtype=np.int64),
+    X = _kernel_view(np.ascontiguousarray(X, dtype=np.float64))
+    args = (out, X, _kernel_view(np.ascontiguousarray(y, dtype=np.float64)),
+            _kernel_view(np.ascontiguousarray(steps, dtype=np.int64)),
             float(cap), int(t_switch), float(mu_sched), LOSS_CODES[loss.name], float(loss.mu),
             float(loss.huber_delta), float(radius))
     if X.shape[1] + 1 != out.shape[0] or len(args[2]) != len(X) or len(args[3]) != len(X):
