@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from .api import admin, audit, console, models, problems, system
+from .api import admin, audit, console, evaluation, models, problems, system
 from .api.clientaddr import ClientAddress, ClientResolver
 from .api.limits import BodySizeLimit
 from .api.fairness import FairScheduler, TenantLimiter, compute_slots
@@ -158,9 +158,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ctx = ctx
     problems.install(app)
     problems.document_problems(app)
-    for router in (admin.router, admin.own, models.router, audit.router, system.router):
+    for router in (admin.router, admin.own, models.router, evaluation.router, audit.router, system.router):
         app.include_router(router)
     models.install_openapi(app)  # the learn body schemas (both shapes)
+    evaluation.install_openapi(app)  # and the evaluate body's
     console.install(app)  # the read-only audit console at /console (static files, not in the OpenAPI document)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RateLimit, rate=settings.rate_limit or 0, burst=settings.rate_limit_burst,

@@ -76,6 +76,8 @@ class Model(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # the bytes the model's data occupies (state, records held, retained examples; app/services/quotas.py)
     bytes_stored: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # the aggregate figures of the model's last evaluation (app/services/evaluation.py): never an example
+    last_evaluation: Mapped[str | None] = mapped_column(Text, nullable=True)
     __table_args__ = (Index("ix_models_tenant_created", "tenant_id", "created_at", "id"),)
 
 

@@ -19,7 +19,7 @@ from ..registry import (build_spec, request_budget, published_bytes, spec_to_jso
 from ..unlearning import (SpecError)
 from ..db.retained import SqlRetained
 from .quotas import bump
-from . import book
+from . import book, feature_maps
 from ..receipts.canonical import erased_records_sha256
 from .receipts import guarantee_of
 from .model_core import (ERASED, UseCase, _MODEL_CURSOR, _RECORDS, _insert_erased, spec_problem)
@@ -35,10 +35,12 @@ class ModelLifecycle(UseCase):
                 raise Problem(422, "invalid-model-spec", f"{field}: {e}", errors=[{
                     "field": field, "pointer": "/" + field.replace(".", "/"), "loc": ["body", *field.split(".")],
                     "msg": str(e)}]) from None
+        payload, fm = feature_maps.engine_payload(payload)  # a public feature map: the engine sees phi(x)
         try:
             spec = build_spec(payload, max_dim=self.settings.max_dim, budget=request_budget(self.settings))
         except SpecError as e:
-            raise spec_problem(e) from None
+            raise spec_problem(feature_maps.renamed(e, fm)) from None
+        spec = feature_maps.finish(spec, fm, request_budget(self.settings))
         engine = self.registry.new_engine(spec)
         if not all(np.isfinite(v) for v in engine.constants().values() if isinstance(v, (int, float))):
             # e.g. domain_radius near 1e308: D = 2R overflows; such a model could certify nothing (was served as null)
@@ -158,6 +160,7 @@ class ModelLifecycle(UseCase):
         # the model leaves the tenant's usage: one live model, its records held and its bytes (quotas.py)
         bump(s, row.tenant_id, models=-1, records=-(row.n_records - row.n_forgotten), stored=-(row.bytes_stored or 0))
         row.status, row.published, row.deleted_at, row.updated_at = "deleted", None, now, now
+        row.last_evaluation = None  # its figures go with the model
         row.version += 1
         s.flush()
         return receipt
