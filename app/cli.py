@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from .cli_evaluate import evaluate_command
+
 app = typer.Typer(help="Certified unlearning service.", no_args_is_help=True, add_completion=False)
 tenant_app = typer.Typer(help="Tenants (direct database access).", no_args_is_help=True)
 key_app = typer.Typer(help="Tenant API keys (direct database access).", no_args_is_help=True)
@@ -324,6 +326,9 @@ def demo(server: str = typer.Option("http://127.0.0.1:8000", help="a running ser
         typer.echo(f"ledger: accounting={ledger['accounting']} rho_spent={spent} "
                    f"of {ledger['rho_budget']} -> epsilon={ledger['epsilon']:.4g} ({ledger['conversion']})")
         typer.echo("which family for which situation, measured: docs/accuracy.md and the README's decision table")
+
+
+app.command("evaluate")(evaluate_command)  # olu evaluate MODEL FILE.csv (app/cli_evaluate.py)
 
 
 def main() -> None:  # console script entry point

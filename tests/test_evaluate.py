@@ -7,6 +7,7 @@ of the last evaluation; bad input is refused as for predict.
 """
 from __future__ import annotations
 
+import json
 import math
 import struct
 from pathlib import Path
@@ -149,3 +150,31 @@ def test_nothing_of_the_examples_is_kept(tenant, server):
     assert client.delete(f"/v1/models/{mid}").status_code == 204
     assert client.get(f"/v1/models/{mid}/evaluation").status_code == 404
     assert math.isfinite(r.json()["mean_squared_error"])
+
+
+def test_olu_evaluate_reads_a_csv_and_combines_requests_exactly(server, tmp_path):
+    """`olu evaluate MODEL FILE.csv`: the figures of the whole file, sent in several requests, equal one request's."""
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    tenant_id, key = server.new_tenant()
+    with server.client(key) as client:
+        mid = create_model(client, dim=3, loss="softmax", classes=["a", "b", "c"])["id"]
+        X = unit_rows(90, 3, seed=8)
+        truth = np.digitize(X[:, 1], [-0.3, 0.3])
+        ex = [{"id": f"r{i}", "x": x.tolist(), "y": int(t)} for i, (x, t) in enumerate(zip(X, truth))]
+        assert client.post(f"/v1/models/{mid}/learn", json={"examples": ex}).status_code == 200
+        whole = client.post(f"/v1/models/{mid}/evaluate", json={"x": X.tolist(), "y": truth.tolist()}).json()
+    csv_file = tmp_path / "test.csv"
+    csv_file.write_text("f0,f1,f2,label\n" + "".join(f"{float(x[0])!r},{float(x[1])!r},{float(x[2])!r},{'abc'[t]}\n"
+                                                      for x, t in zip(X, truth)))
+    out = CliRunner().invoke(app, ["evaluate", mid, str(csv_file), "--label", "label", "--server", server.url,
+                                   "--api-key", key, "--batch", "40"])
+    assert out.exit_code == 0, out.output
+    got = json.loads(out.output)
+    assert got["requests"] == 3 and got["n"] == 90 and got["correct"] == whole["correct"]
+    assert got["confusion_matrix"] == whole["confusion_matrix"] and got["classes"] == ["a", "b", "c"]
+    assert got["log_loss"] == pytest.approx(whole["log_loss"], rel=1e-12)
+    bad = CliRunner().invoke(app, ["evaluate", mid, str(csv_file), "--server", server.url, "--api-key", key])
+    assert bad.exit_code != 0  # no column "y"
