@@ -28,9 +28,11 @@ phi(x) (app/unlearning stays a linear-model engine with dim = D and x_norm = the
 only if the quantised phi(x) is bit for bit the one learned.  So: the centres come from numpy's legacy
 ``RandomState`` (its streams are frozen across numpy versions, unlike ``Generator``); the precomputation runs on
 one BLAS thread (LAPACK's Cholesky differs in its last bits between thread counts) and is cached per process;
-every product is a BLAS-3 call on at least two rows (a single row would go through gemv, whose sums are ordered
-differently), and a row's result does not depend on the other rows of the call (OpenBLAS splits a product by rows
-and columns, never along the summed dimension; tests/test_feature_map.py checks batch splits and thread counts).
+every product is a BLAS call of one fixed shape, ``BLOCK`` rows (the last block padded with zeros): OpenBLAS picks
+its kernel by the shape (gemv for one row, "small matrix" kernels below a size, blocked gemm above: each orders its
+sums differently), and within one shape a row's result does not depend on its position nor on the other rows (the
+library splits a product by rows and columns, never along the summed dimension; tests/test_feature_map.py checks
+batch splits, positions and a rebuilt precomputation bit for bit).
 Should another machine or BLAS build compute a different last bit, the keyed check code the service keeps per
 record is computed on phi(x) itself (what the sums hold), so the forget is refused (422 example-mismatch) and
 never corrupts the sums.
@@ -57,7 +59,7 @@ CLIP_RANGE = (1e-6, 1e6)
 MAX_CENTRES = 65536      # the schema's bound; the work and memory budget refuses far below it
 MAX_SEED = 2**32 - 1     # RandomState's seed range
 JITTER = 2.0**-40        # eps = C JITTER on the Cholesky's diagonal (K_CC has ones there)
-ROWS = 256               # rows per product (bounds the working arrays; a row's result does not depend on it)
+BLOCK = 32               # rows of every product: one fixed shape per map (see "Determinism")
 # work units (app/unlearning/maths/work_budget.py: ~1 ns of one core): a flop in BLAS-3, one exp / cos / sin
 DENSE_FLOP, ELEMENT, CALL = 0.1, 10.0, 5_000.0
 
@@ -157,13 +159,13 @@ def rows_work(fm: Mapping[str, Any], n: int) -> float:
     per = 4.0 * d + (2.0 * C * d + 2.0 * C * C) * DENSE_FLOP + 2.0 * C * ELEMENT
     if fm["kind"] == "rff":
         per = 4.0 * d + C * d * DENSE_FLOP + C * ELEMENT
-    return n * per + math.ceil(max(n, 1) / ROWS) * CALL
+    return math.ceil(max(n, 1) / BLOCK) * (BLOCK * per + CALL)
 
 
 def memory_bytes(fm: Mapping[str, Any]) -> float:
     """The largest array a map holds or forms: L^-T (C x C, rbf), the centres, one block of rows."""
     C, d = fm["centres"], fm["input_dim"]
-    return 8.0 * max(C * C if fm["kind"] == "rbf" else 0, C * d, ROWS * max(C, d))
+    return 8.0 * max(C * C if fm["kind"] == "rbf" else 0, C * d, BLOCK * max(C, d))
 
 
 # ---- the map itself ---------------------------------------------------------------------------------------------------
@@ -214,7 +216,7 @@ class _Prepared:
         self.nbytes = self.M.nbytes + self.centres.nbytes
 
     def apply(self, Z: np.ndarray) -> np.ndarray:
-        """phi of standardised rows Z (n >= 2 rows: BLAS-3 throughout)."""
+        """phi of standardised rows Z (``BLOCK`` rows: every product has the map's one shape)."""
         if self.kind == "rff":
             P = Z @ self.W.T
             return np.concatenate([np.cos(P), np.sin(P)], axis=1) * self.scale
@@ -277,14 +279,15 @@ def map_rows(fm: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
     centre = np.asarray(fm["centre"], dtype=np.float64)
     scale = np.asarray(fm["scale"], dtype=np.float64)
     out = np.empty((n, fm["dim"]))
+    Z = np.zeros((BLOCK, X.shape[1]))
     with np.errstate(over="ignore"), _one_blas_thread():
-        for a in range(0, n, ROWS):
-            Z = (X[a : a + ROWS] - centre) / scale  # a huge x may overflow to +-inf here: clipped next
+        for a in range(0, n, BLOCK):
+            m = min(BLOCK, n - a)
+            Z[m:] = 0.0  # the last block's padding
+            np.subtract(X[a : a + m], centre, out=Z[:m])
+            Z[:m] /= scale  # a huge x may overflow to +-inf here: clipped next
             np.clip(Z, -fm["clip"], fm["clip"], out=Z)
-            if len(Z) == 1:  # never a one-row product (gemv sums in another order than gemm)
-                out[a : a + 1] = prep.apply(np.vstack([Z, np.zeros_like(Z)]))[:1]
-            else:
-                out[a : a + ROWS] = prep.apply(Z)
+            out[a : a + m] = prep.apply(Z)[:m]
     return clip_rows(out, fm["bound"])
 
 

@@ -47,7 +47,7 @@ from .common import fmt_rate, fmt_time, machine
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "fairness",
-            "accuracy", "scale_accuracy", "replay", "scale_n", "models", "membership_power")
+            "accuracy", "scale_accuracy", "replay", "scale_n", "models", "membership_power", "feature_maps")
 DEFAULT_SECTIONS = SECTIONS[:7]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy,
 # replay, scale_n, models and membership_power run when named
 
@@ -182,6 +182,12 @@ def _accuracy_docs_section(res: dict, name: str, a, run, table, write_docs) -> N
     print("wrote " + ", ".join(str(p) for p in made))
 
 
+def _feature_maps(res: dict, a) -> None:
+    from .accuracy import feature_maps, feature_maps_docs
+    _accuracy_docs_section(res, "feature_maps", a, feature_maps.run, feature_maps_docs.table,
+                           feature_maps_docs.write_docs)
+
+
 def targets(res: dict) -> dict:
     out = {}
 
@@ -299,6 +305,9 @@ def render(res: dict, out: Path, docs: Path, to_docs: bool) -> list[Path]:
     if "scale_accuracy" in res:
         from .accuracy import scale_accuracy_docs
         made += scale_accuracy_docs.write_docs(res["scale_accuracy"], out, into)
+    if "feature_maps" in res:
+        from .accuracy import feature_maps_docs
+        made += feature_maps_docs.write_docs(res["feature_maps"], out, into)
     if into is not None:
         from .performance import docs as perf_docs
         if perf_docs.write(res, TABLES, into / "performance.md"):
@@ -369,6 +378,9 @@ def main(argv=None) -> None:
             # a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; --quick only with --docs
             made_acc = accuracy_docs.write_docs(res["accuracy"], a.out, ROOT / "docs" if a.docs or not a.quick else None)
             print("wrote " + ", ".join(str(p) for p in made_acc))
+            _feature_maps(res, a)  # the accuracy section carries the feature maps' table too (issue 39)
+        elif name == "feature_maps":  # exact_ridge on public feature maps alone
+            _feature_maps(res, a)
         elif name == "replay":
             from .performance import replay
             res["replay"] = replay.run(a.quick)

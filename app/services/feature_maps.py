@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import Problem
 from ..feature_map import (FeatureMapError, largest, memory_bytes, normalize_map, precompute_work, prepared,
                            rows_work)
+from ..registry import build_spec
 from ..unlearning import ModelSpec, SpecError, engine_class
 from ..unlearning.maths.work_budget import Budget
 
@@ -48,20 +49,48 @@ def engine_payload(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return out, fm
 
 
-def renamed(e: SpecError, fm: dict[str, Any] | None) -> SpecError:
+def _fits(payload: dict[str, Any], fm: dict[str, Any], budget: Budget, max_dim: int, C: int) -> bool:
+    """Whether the model with C centres (every other field as given) passes every check: the engine's spec and
+    budget, and the map's own work and memory beside one learn and one forget of the engine."""
+    f = {**fm, "centres": C, "dim": C}
+    if not (precompute_work(f) <= budget.work and rows_work(f, 1) <= budget.work
+            and memory_bytes(f) <= budget.memory):
+        return False
+    try:
+        spec = build_spec({**payload, "dim": C}, max_dim=max_dim, budget=budget)
+        cls = engine_class(spec.algorithm)
+        one = cls.cost(spec, 1)
+        forget = one.forget if cls(spec).needs_deletion_features else 0.0
+    except (SpecError, ArithmeticError, ValueError):
+        return False
+    return one.learn + rows_work(f, 1) <= budget.work and forget + rows_work(f, 1) <= budget.work
+
+
+def accepted_centres(payload: dict[str, Any], fm: dict[str, Any], budget: Budget,
+                     max_dim: int) -> tuple[float, float] | None:
+    """The accepted range of feature_map.centres with every other field as given (rff: even numbers)."""
+    step = 2 if fm["kind"] == "rff" else 1
+    best = largest(lambda k: _fits(payload, fm, budget, max_dim, k * step), 1, fm["centres"] // step)
+    return None if best is None else (float(step), float(best * step))
+
+
+def renamed(e: SpecError, fm: dict[str, Any] | None, payload: dict[str, Any], budget: Budget,
+            max_dim: int) -> SpecError:
     """A refusal of the engine's spec in the client's terms: with a map, the engine's ``dim`` is
-    ``feature_map.centres`` (its accepted range is the same numbers: D = centres)."""
+    ``feature_map.centres``, and its accepted range counts the map's own work too."""
     if fm is None:
         return e
     if getattr(e, "field", None) == "dim":
         e.field = "feature_map.centres"
+        e.accepted = accepted_centres(payload, fm, budget, max_dim)
         e.args = (f"{e} (with a feature map the model's parameters are sized by feature_map.centres, the mapped "
                   "dimension)",)
     e.fields = tuple("feature_map.centres" if f == "dim" else f for f in (e.fields or ()))
     return e
 
 
-def finish(spec: ModelSpec, fm: dict[str, Any] | None, budget: Budget) -> ModelSpec:
+def finish(spec: ModelSpec, fm: dict[str, Any] | None, budget: Budget, payload: dict[str, Any],
+           max_dim: int) -> ModelSpec:
     """The engine's spec with its map: the map's own work (precomputation, rows) and memory within ``budget``, the
     per-request limits (``max_learn_batch``, ``max_forget_batch``) lowered so that mapping the rows fits beside the
     engine's work, and ``fm["max_rows"]``, the most rows one predict or evaluate request maps.  The map's
@@ -71,16 +100,10 @@ def finish(spec: ModelSpec, fm: dict[str, Any] | None, budget: Budget) -> ModelS
     fm = dict(fm)
 
     def refuse(what: str, amount: float, limit: float) -> FeatureMapError:
-        def fits(C: int) -> bool:
-            f = {**fm, "centres": C, "dim": C}
-            return (precompute_work(f) <= budget.work and rows_work(f, 1) <= budget.work
-                    and memory_bytes(f) <= budget.memory)
-        lowest = 2 if fm["kind"] == "rff" else 1
-        best = largest(fits, lowest, fm["centres"])
         return FeatureMapError(f"the feature map's {what} would take about {amount:.3g} "
                                f"{'bytes' if what == 'largest array' else 'work units'}, over the service's per-request "
                                f"budget of {limit:.3g}; lower feature_map.centres", "feature_map.centres",
-                               None if best is None else (float(lowest), float(best - best % lowest)))
+                               accepted_centres(payload, fm, budget, max_dim))
 
     try:
         for what, amount, limit in (("precomputation", precompute_work(fm), budget.work),

@@ -36,11 +36,12 @@ class ModelLifecycle(UseCase):
                     "field": field, "pointer": "/" + field.replace(".", "/"), "loc": ["body", *field.split(".")],
                     "msg": str(e)}]) from None
         payload, fm = feature_maps.engine_payload(payload)  # a public feature map: the engine sees phi(x)
+        budget, max_dim = request_budget(self.settings), self.settings.max_dim
         try:
-            spec = build_spec(payload, max_dim=self.settings.max_dim, budget=request_budget(self.settings))
+            spec = build_spec(payload, max_dim=max_dim, budget=budget)
         except SpecError as e:
-            raise spec_problem(feature_maps.renamed(e, fm)) from None
-        spec = feature_maps.finish(spec, fm, request_budget(self.settings))
+            raise spec_problem(feature_maps.renamed(e, fm, payload, budget, max_dim)) from None
+        spec = feature_maps.finish(spec, fm, budget, payload, max_dim)
         engine = self.registry.new_engine(spec)
         if not all(np.isfinite(v) for v in engine.constants().values() if isinstance(v, (int, float))):
             # e.g. domain_radius near 1e308: D = 2R overflows; such a model could certify nothing (was served as null)

@@ -5,6 +5,7 @@
     forgetting.py  Forgetting      unlearn
     prediction.py  Prediction      predict, parameters
     audit.py       AuditQueries    ledger, deletion log, receipts, checkpoints, consistency, export, record status
+    evaluation.py  Evaluation      evaluate (on predict's path), the last evaluation
 
 ``ModelService`` builds them over one core and holds them (``.lifecycle``, ``.learning``, ``.forgetting``,
 ``.prediction``, ``.audit``); each route module calls the service of its use case.  For callers that run several
