@@ -49,6 +49,14 @@ def engine_payload(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return out, fm
 
 
+def engine_budget(budget: Budget, fm: dict[str, Any] | None) -> Budget:
+    """The budget the engine's own checks get: the request budget less the mapping of one block of rows, so that
+    the caps the registry derives from it (max_records, the per-request limits) leave room for the map."""
+    if fm is None:
+        return budget
+    return dataclasses.replace(budget, work=max(budget.work - rows_work(fm, 1), 1.0))
+
+
 def _fits(payload: dict[str, Any], fm: dict[str, Any], budget: Budget, max_dim: int, C: int) -> bool:
     """Whether the model with C centres (every other field as given) passes every check: the engine's spec and
     budget, and the map's own work and memory beside one learn and one forget of the engine."""
@@ -57,7 +65,7 @@ def _fits(payload: dict[str, Any], fm: dict[str, Any], budget: Budget, max_dim: 
             and memory_bytes(f) <= budget.memory):
         return False
     try:
-        spec = build_spec({**payload, "dim": C}, max_dim=max_dim, budget=budget)
+        spec = build_spec({**payload, "dim": C}, max_dim=max_dim, budget=engine_budget(budget, f))
         cls = engine_class(spec.algorithm)
         one = cls.cost(spec, 1)
         forget = one.forget if cls(spec).needs_deletion_features else 0.0

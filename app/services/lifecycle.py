@@ -38,7 +38,7 @@ class ModelLifecycle(UseCase):
         payload, fm = feature_maps.engine_payload(payload)  # a public feature map: the engine sees phi(x)
         budget, max_dim = request_budget(self.settings), self.settings.max_dim
         try:
-            spec = build_spec(payload, max_dim=max_dim, budget=budget)
+            spec = build_spec(payload, max_dim=max_dim, budget=feature_maps.engine_budget(budget, fm))
         except SpecError as e:
             raise spec_problem(feature_maps.renamed(e, fm, payload, budget, max_dim)) from None
         spec = feature_maps.finish(spec, fm, budget, payload, max_dim)
