@@ -20,9 +20,10 @@ phi(x) (app/unlearning stays a linear-model engine with dim = D and x_norm = the
   feature space.
 * **rff** (random Fourier features, Rahimi & Recht 2007): m = C / 2 frequencies w_j ~ N(0, 2 gamma I_d) and
   phi(z) = (cos(w_j . z), sin(w_j . z))_j / sqrt(m), so ||phi(z)|| = 1 and phi(z) . phi(z') approximates k.
-* **The bound.**  Every row is finally projected onto the ball of radius ``bound`` = min(1, bounds.x_norm)
-  (``app.features.clip_rows``), so floating-point round-off never breaks it: every mapped feature lies in
-  [-1, 1] and every guarantee of the family is computed with x_norm = that bound.
+* **The bound.**  Every row is finally projected onto the ball of radius ``bound`` = min(1, bounds.x_norm), less
+  2^-40 of it (``app.features.clip_rows``), so floating-point round-off never breaks it, however the norm is
+  summed: every mapped feature lies in [-1, 1] and every guarantee of the family is computed with x_norm = that
+  bound.
 
 **Determinism.**  exact_ridge with client-resent features recomputes phi(x) at forget, and its integer sums cancel
 only if the quantised phi(x) is bit for bit the one learned.  So: the centres come from numpy's legacy
@@ -60,6 +61,7 @@ MAX_CENTRES = 65536      # the schema's bound; the work and memory budget refuse
 MAX_SEED = 2**32 - 1     # RandomState's seed range
 JITTER = 2.0**-40        # eps = C JITTER on the Cholesky's diagonal (K_CC has ones there)
 BLOCK = 32               # rows of every product: one fixed shape per map (see "Determinism")
+MARGIN = 1.0 - 2.0**-40  # rows are projected onto bound * MARGIN: below the bound by any way of summing the norm
 # work units (app/unlearning/maths/work_budget.py: ~1 ns of one core): a flop in BLAS-3, one exp / cos / sin
 DENSE_FLOP, ELEMENT, CALL = 0.1, 10.0, 5_000.0
 
@@ -288,7 +290,7 @@ def map_rows(fm: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
             Z[:m] /= scale  # a huge x may overflow to +-inf here: clipped next
             np.clip(Z, -fm["clip"], fm["clip"], out=Z)
             out[a : a + m] = prep.apply(Z)[:m]
-    return clip_rows(out, fm["bound"])
+    return clip_rows(out, fm["bound"] * MARGIN)
 
 
 # ---- the service's entry point --------------------------------------------------------------------------------------
