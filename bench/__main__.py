@@ -14,7 +14,11 @@ database bytes per example), profiles (pyinstrument/py-spy evidence for the miss
 Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)), stream (learn events through NATS
 JetStream and ``olu consume`` vs HTTP ingest; needs NATS at 127.0.0.1:4222), accuracy (held-out accuracy before
 and after forgetting 1 record, 1 % and 10 % of the stream, every family, beside the exact retrain and river's single
-pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy/accuracy.py),
+pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy/accuracy.py;
+then feature_maps), feature_maps (exact_ridge linear and on public rbf maps of 1 024 and 2 048 centres over HTTP on
+KEEL letter and MAGIC, digits, breast-cancer and the 1e5 stream, beside logistic and HistGradientBoosting retrains,
+before and after forgetting 1 % and 10 %, with learn, forget and predict costs; OLU_BENCH_MAPS=letter,magic picks
+data sets; a full run rewrites its part of docs/accuracy.md; bench/accuracy/feature_maps.py),
 scale (aggregate learn events/s and predict requests/s for 1, 2, 4, 8 replicas or workers, servers and load
 generators pinned to separate cores; bench/scale/scale.py), fairness (one tenant floods predicts and learns from 4 keys and
 4 processes at nice 19 while another measures its predict p50/p99, alone and under the flood in alternate windows,

@@ -20,11 +20,13 @@ reverse order and in requests of another size: published weights bit for bit.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import statistics
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -205,7 +207,12 @@ def _passive_costs(api: Api, d: MapData) -> dict[str, float]:
     return out
 
 
-def run(quick: bool = False) -> dict[str, Any]:
+def run(quick: bool = False, only: str | None = None, partial: str | None = None) -> dict[str, Any]:
+    """The section; ``only`` (or OLU_BENCH_MAPS): a comma-separated subset of the data sets; ``partial`` (or
+    OLU_BENCH_MAPS_PARTIAL): a JSON file rewritten after each data set (a long run keeps what it measured)."""
+    only = only or os.environ.get("OLU_BENCH_MAPS")
+    partial = partial or os.environ.get("OLU_BENCH_MAPS_PARTIAL")
+    wanted = None if not only else {n.strip() for n in only.split(",")}
     tmp = tempfile.mkdtemp(prefix="olu-maps-")
     admin = secrets.token_hex(16)
     env = {"OLU_DATA_DIR": tmp, "OLU_ADMIN_TOKEN": admin, "OLU_SQLITE_SYNCHRONOUS": "FULL",
@@ -219,6 +226,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     try:
         api = Api(srv.url, admin)
         for name, load in DATASETS:
+            if wanted is not None and name not in wanted:
+                continue
             d = load(quick)
             if isinstance(d, str):
                 out["skipped"][name] = d
@@ -229,6 +238,8 @@ def run(quick: bool = False) -> dict[str, Any]:
             print(f"feature_maps: {d.name} done in {time.perf_counter() - t:.0f} s", flush=True)
             if name == "letter":
                 out["passive_baseline"] = _passive_costs(api, d)
+            if partial:
+                Path(partial).write_text(json.dumps(out, indent=1, default=str) + "\n")
     finally:
         srv.stop()
     return out
