@@ -171,18 +171,45 @@ def memory_bytes(fm: Mapping[str, Any]) -> float:
 
 
 # ---- the map itself ---------------------------------------------------------------------------------------------------
-_controller: ThreadpoolController | None = None
-_controller_lock = threading.Lock()
-
-
-def _one_blas_thread():
+class _OneBlasThread:
     """A context in which BLAS and LAPACK run on one thread (threadpoolctl), for results that do not depend on the
-    machine's thread count."""
-    global _controller
-    with _controller_lock:
-        if _controller is None:
-            _controller = ThreadpoolController()
-    return _controller.limit(limits=1, user_api="blas")
+    machine's thread count.  The limit is process-wide: the contexts of concurrent requests are counted, and the
+    first sets it, the last restores it (nested threadpoolctl contexts restoring in another order than they began
+    would otherwise leave a request computing on the old thread count)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._limiter = None
+        self._controller: ThreadpoolController | None = None
+
+    def __enter__(self):
+        with self._lock:
+            if self._depth == 0:
+                if self._controller is None:
+                    self._controller = ThreadpoolController()
+                self._limiter = self._controller.limit(limits=1, user_api="blas")
+            self._depth += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0 and self._limiter is not None:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+
+    def single(self) -> bool:
+        """Whether every BLAS library of the process runs on one thread now."""
+        info = (self._controller or ThreadpoolController()).select(user_api="blas").info()
+        return all(lib.get("num_threads") == 1 for lib in info)
+
+
+_ONE_THREAD = _OneBlasThread()
+
+
+def _one_blas_thread() -> _OneBlasThread:
+    return _ONE_THREAD
 
 
 class _Prepared:
@@ -201,21 +228,29 @@ class _Prepared:
         self.centres = rng.standard_normal((C, d))
         self.c2 = np.einsum("ij,ij->i", self.centres, self.centres)
         self.gamma = gamma
-        with _one_blas_thread():
-            K = _kernel(self.centres, self.c2, self.centres, gamma)
-            eps = C * JITTER
-            for _ in range(12):
-                L, info = lapack.dpotrf(K + eps * np.eye(C), lower=1, clean=1)
-                if info == 0:
+        for _ in range(3):  # LAPACK's Cholesky differs in its last bits between thread counts: on one thread, checked
+            with _one_blas_thread() as one:  # after (another library in the process may have changed the limit)
+                Linv = self._factor(C, gamma)
+                if one.single():
                     break
-                eps *= 16.0
-            else:  # pragma: no cover - K_CC + eps I with eps >= 2^8 C is positive definite in floating point
-                raise FeatureMapError("the centres' kernel matrix cannot be factorised", "feature_map.gamma")
-            Linv, info = lapack.dtrtri(L, lower=1)
-            if info != 0 or not np.all(np.isfinite(Linv)):  # pragma: no cover
-                raise FeatureMapError("the centres' kernel matrix cannot be inverted", "feature_map.gamma")
         self.M = np.ascontiguousarray(Linv.T)  # phi = k(z, C) L^-T
         self.nbytes = self.M.nbytes + self.centres.nbytes
+
+    def _factor(self, C: int, gamma: float) -> np.ndarray:
+        """L^-1 for L the Cholesky factor of K_CC + eps I (eps raised x16 until the factorisation succeeds)."""
+        K = _kernel(self.centres, self.c2, self.centres, gamma)
+        eps = C * JITTER
+        for _ in range(12):
+            L, info = lapack.dpotrf(K + eps * np.eye(C), lower=1, clean=1)
+            if info == 0:
+                break
+            eps *= 16.0
+        else:  # pragma: no cover - K_CC + eps I with eps >= 2^8 C is positive definite in floating point
+            raise FeatureMapError("the centres' kernel matrix cannot be factorised", "feature_map.gamma")
+        Linv, info = lapack.dtrtri(L, lower=1)
+        if info != 0 or not np.all(np.isfinite(Linv)):  # pragma: no cover
+            raise FeatureMapError("the centres' kernel matrix cannot be inverted", "feature_map.gamma")
+        return Linv
 
     def apply(self, Z: np.ndarray) -> np.ndarray:
         """phi of standardised rows Z (``BLOCK`` rows: every product has the map's one shape)."""

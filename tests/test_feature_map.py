@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from app import feature_map as fmap
 from app.db.state_codec import pack_state, unpack_state
@@ -144,6 +145,21 @@ def test_the_precomputation_rebuilds_bit_for_bit():
     M = fmap.prepared(fm).M.copy()
     fmap._cache.clear()
     assert np.array_equal(fmap.prepared(fm).M, M) and np.array_equal(map_rows(fm, X), first)
+    fmap._cache.clear()
+    with threadpool_limits(2):  # a process whose BLAS runs on several threads: the map still computes on one
+        assert np.array_equal(fmap.prepared(fm).M, M) and np.array_equal(map_rows(fm, X), first)
+        assert threadpool_info()[0]["num_threads"] == min(2, threadpool_info()[0]["num_threads"])  # restored
+
+
+def test_concurrent_requests_map_alike():
+    from concurrent.futures import ThreadPoolExecutor
+
+    fm = fm_of("rbf", 6, 200)
+    X = np.random.default_rng(4).normal(size=(64, 6))
+    alone = map_rows(fm, X)
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda i: map_rows(fm, X[i:]), range(16)))
+    assert all(np.array_equal(o, alone[i:]) for i, o in enumerate(outs))
 
 
 # ---- the families on mapped rows -----------------------------------------------------------------------------------
