@@ -59,6 +59,7 @@ def test_digits_on_a_public_map_score_and_forget_bit_for_bit(tenant, digits):
         ex = [{"id": f"d{i}", "x": Xtr[i].tolist(), "y": int(ytr[i])} for i in part]
         r = client.post(f"/v1/models/{mid}/unlearn", json={"ids": [e["id"] for e in ex], "examples": ex})
         assert r.status_code == 200, r.text
+        assert "nothing in the map depends on data" in r.json()["receipts"][0]["guarantee"]["statement"]
     rest = np.setdiff1d(order, gone)
     fresh = _model(client)["id"]
     _learn(client, fresh, Xtr, ytr, rng.permutation(rest), 333)
