@@ -64,7 +64,9 @@ def markdown(r: dict[str, Any]) -> list[str]:
     lines = [f"Measured {r['measured']}{' (quick)' if r.get('quick') else ''} on {m.get('cpu', '?')} "
              f"({r.get('cpus')} CPUs, shared with other work: provisional); l2 = {r['l2']:g}, "
              f"OLU_MAX_REQUEST_WORK = {r['work']}; 70/30 stratified splits; accuracy held out, through "
-             "POST .../evaluate (\"predict\": counted from predict's answers).", ""]
+             "POST .../evaluate (\"predict\": counted from predict's answers)."]
+    if r["skipped"]:
+        lines.append("")
     for name, why in r["skipped"].items():
         lines.append(f"- *{name}*: skipped, {why}.")
     for name, d in r["datasets"].items():
