@@ -148,7 +148,7 @@ def test_the_precomputation_rebuilds_bit_for_bit():
     fmap._cache.clear()
     with threadpool_limits(2):  # a process whose BLAS runs on several threads: the map still computes on one
         assert np.array_equal(fmap.prepared(fm).M, M) and np.array_equal(map_rows(fm, X), first)
-        assert threadpool_info()[0]["num_threads"] == min(2, threadpool_info()[0]["num_threads"])  # restored
+        assert all(lib["num_threads"] <= 2 for lib in threadpool_info() if lib["user_api"] == "blas")  # restored
 
 
 def test_concurrent_requests_map_alike():
