@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from .cli_evaluate import evaluate_command
 from .cli_support import OneLineErrors
 
 # every error a command does not handle is one line and exit code 1 (cli_support.OneLineErrors; OLU_DEBUG=1: the
@@ -428,6 +429,9 @@ def demo(server: str = typer.Option("http://127.0.0.1:8000", help="a running ser
                    "docs/families.md")
         if not report.ok:
             raise typer.Exit(1)
+
+
+app.command("evaluate")(evaluate_command)  # olu evaluate MODEL FILE.csv (app/cli_evaluate.py)
 
 
 def main() -> None:  # console script entry point

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
-from .api import admin, audit, console, docs_pages, models, operations, problems, system
+from .api import admin, audit, console, docs_pages, evaluation, models, operations, problems, system
 from .api.clientaddr import ClientAddress, ClientResolver
 from .api.limits import BodySizeLimit
 from .api.media_type import RequireMediaType
@@ -203,9 +203,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ctx = ctx
     problems.install(app)
     problems.document_problems(app)
-    for router in (admin.router, admin.own, models.router, operations.router, audit.router, system.router):
+    for router in (admin.router, admin.own, models.router, evaluation.router, operations.router, audit.router,
+                   system.router):
         app.include_router(router, dependencies=[Depends(known_query_parameters)])
     models.install_openapi(app)  # the learn body schemas (both shapes)
+    evaluation.install_openapi(app)  # and the evaluate body's
     system.install_hyperparameter_schemas(app)  # every family's hyperparameter schema, linked from ModelCreate
     console.install(app)  # the read-only audit console at /console (static files, not in the OpenAPI document)
     docs_pages.install(app)  # /docs, /redoc and / with no asset from elsewhere (not in the OpenAPI document)

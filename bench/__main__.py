@@ -14,7 +14,11 @@ database bytes per example), profiles (pyinstrument/py-spy evidence for the miss
 Gaussian draws, compiled and pure, vs today's continuous standard_normal(17)), stream (learn events through NATS
 JetStream and ``olu consume`` vs HTTP ingest; needs NATS at 127.0.0.1:4222), accuracy (held-out accuracy before
 and after forgetting 1 record, 1 % and 10 % of the stream, every family, beside the exact retrain and river's single
-pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy/accuracy.py),
+pass; a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; bench/accuracy/accuracy.py;
+then feature_maps), feature_maps (exact_ridge linear and on public rbf maps of 1 024 and 2 048 centres over HTTP on
+KEEL letter and MAGIC, digits, breast-cancer and the 1e5 stream, beside logistic and HistGradientBoosting retrains,
+before and after forgetting 1 % and 10 %, with learn, forget and predict costs; OLU_BENCH_MAPS=letter,magic picks
+data sets; a full run rewrites its part of docs/accuracy.md; bench/accuracy/feature_maps.py),
 scale (aggregate learn events/s and predict requests/s for 1, 2, 4, 8 replicas or workers, servers and load
 generators pinned to separate cores; bench/scale/scale.py), fairness (one tenant floods predicts and learns from 4 keys and
 4 processes at nice 19 while another measures its predict p50/p99, alone and under the flood in alternate windows,
@@ -53,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "fairness",
             "accuracy", "scale_accuracy", "replay", "scale_n", "models", "membership_power", "ridge_cost", "observer",
-            "private_accuracy")
+            "private_accuracy", "feature_maps")
 DEFAULT_SECTIONS = SECTIONS[:7]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy,
 # replay, scale_n, models, membership_power, ridge_cost, observer and private_accuracy run when named
 
@@ -188,6 +192,12 @@ def _accuracy_docs_section(res: dict, name: str, a, run, table, write_docs) -> N
     print("wrote " + ", ".join(str(p) for p in made))
 
 
+def _feature_maps(res: dict, a) -> None:
+    from .accuracy import feature_maps, feature_maps_docs
+    _accuracy_docs_section(res, "feature_maps", a, feature_maps.run, feature_maps_docs.table,
+                           feature_maps_docs.write_docs)
+
+
 def targets(res: dict) -> dict:
     out = {}
 
@@ -308,6 +318,9 @@ def render(res: dict, out: Path, docs: Path, to_docs: bool) -> list[Path]:
     if "private_accuracy" in res and into is not None:
         from .accuracy import private_ridge
         made.append(private_ridge.write_docs(res["private_accuracy"], into))
+    if "feature_maps" in res:
+        from .accuracy import feature_maps_docs
+        made += feature_maps_docs.write_docs(res["feature_maps"], out, into)
     if into is not None:
         from .performance import docs as perf_docs
         if perf_docs.write(res, TABLES, into / "performance.md"):
@@ -378,6 +391,9 @@ def main(argv=None) -> None:
             # a full run rewrites the generated part of docs/accuracy.md and docs/accuracy.png; --quick only with --docs
             made_acc = accuracy_docs.write_docs(res["accuracy"], a.out, ROOT / "docs" if a.docs or not a.quick else None)
             print("wrote " + ", ".join(str(p) for p in made_acc))
+            _feature_maps(res, a)  # the accuracy section carries the feature maps' table too (issue 39)
+        elif name == "feature_maps":  # exact_ridge on public feature maps alone
+            _feature_maps(res, a)
         elif name == "replay":
             from .performance import replay
             res["replay"] = replay.run(a.quick)

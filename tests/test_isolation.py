@@ -31,6 +31,8 @@ ENDPOINTS = [
     ("POST", "/v1/models/{model_id}/retrain", None, "write"),
     ("POST", "/v1/models/{model_id}/predict", {"x": [[0.1, 0.2]]}, "predict"),
     ("GET", "/v1/models/{model_id}/parameters", None, "predict"),
+    ("POST", "/v1/models/{model_id}/evaluate", {"x": [[0.1, 0.2]], "y": [1]}, "predict"),
+    ("GET", "/v1/models/{model_id}/evaluation", None, None),
     ("GET", "/v1/models/{model_id}/ledger", None, "audit"),
     ("GET", "/v1/models/{model_id}/deletions", None, "audit"),
     ("GET", "/v1/receipts/{receipt_id}", None, "audit"),

@@ -38,7 +38,7 @@ DOCUMENTED_REFUSALS = {
                           "between fields (features.dim = dim, n_classes = len(classes), lo < hi, ...)",
     "invalid-dimension": "learn, unlearn, predict: the model's dim",
     "out-of-bounds-input": "learn, predict: the model's declared bounds",
-    "invalid-label": "learn, unlearn: the labels of the model's loss and declared classes",
+    "invalid-label": "learn, unlearn, evaluate: the labels of the model's loss and declared classes",
     "duplicate-record": "learn: an id twice among the examples (JSON Schema cannot make one property unique)",
     "features-required": "learn, unlearn, predict: the model has a feature spec",
     "features-not-declared": "learn, unlearn, predict: the model is dense",
@@ -70,6 +70,10 @@ def breaks_cross_field_rule(case) -> bool:
         return (q.get("record_id") is None) == (q.get("model_id") is None)
     if case.path == "/v1/audit/consistency":
         return q.get("to_size") is not None and int(q["from_size"]) > int(q["to_size"])
+    if case.path == "/v1/models/{model_id}/evaluate":  # one label per input (issue 39)
+        body = case.body if isinstance(case.body, dict) else {}
+        inputs = body.get("x") if body.get("x") is not None else body.get("features")
+        return isinstance(inputs, list) and isinstance(body.get("y"), list) and len(inputs) != len(body["y"])
     return case.path == "/v1/models/{model_id}/learn" and _lengths_differ(case.body)
 
 

@@ -83,6 +83,8 @@ class Model(Base):
     # step such a restart dropped: records held are n_records - n_forgotten - n_dropped (app/services/dropped.py)
     n_dropped: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     dropped_through: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # the aggregate figures of the model's last evaluation (app/services/evaluation.py): never an example
+    last_evaluation: Mapped[str | None] = mapped_column(Text, nullable=True)
     __table_args__ = (Index("ix_models_tenant_created", "tenant_id", "created_at", "id"),)
 
 

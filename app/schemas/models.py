@@ -7,6 +7,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel
 
 from .rules import SOFTMAX_FIELDS, SOME_FEATURE_FIELD, UNIQUE, json_int, key_names
 
+from .feature_map import FeatureMapSpec, ServedFeatureMap
 from .common import (UtcDatetime, Finite, POSITIVE_NORMAL_MIN, PositiveFinite, _zero_or_normal, NO_CONTROL, LossName, MAX_CLASSES, ClassName, _OmitNone, Strict)
 
 
@@ -85,6 +86,10 @@ class ModelCreate(Strict):
     features: FeatureSpec | None = Field(None, description=(
         "Accept feature dictionaries instead of dense vectors: hashed into dim buckets, then scaled down to "
         "bounds.x_norm. Absent: examples are dense vectors x."))
+    feature_map: FeatureMapSpec | None = Field(None, description=(
+        "A public feature map: the model learns, forgets and predicts on phi(x) of the raw dense rows x (dim values "
+        "each, scaled and clipped as declared); the engine's dimension is feature_map.centres and bounds.x_norm is "
+        "served as the map's bound, min(1, x_norm). Nothing in the map depends on data."))
 
 
 # The public constants are served as a map {L, beta, mu, D} (API.md).  It is typed as a map of numbers
@@ -121,7 +126,7 @@ class Guarantee(BaseModel):
 
 
 class Model(_OmitNone):
-    _omit = ("n_classes", "classes")
+    _omit = ("n_classes", "classes", "feature_map")
     id: str
     name: str
     algorithm: str
@@ -133,6 +138,7 @@ class Model(_OmitNone):
     privacy: PrivacyTarget
     hyperparameters: dict[str, Any]
     features: ServedFeatureSpec | None = None
+    feature_map: ServedFeatureMap | None = None
     created_at: UtcDatetime
     status: Literal["ready", "retrain_required"]
     step: int | None = Field(description="Records learned so far (each record's step counts them); null for a model "

@@ -13,6 +13,7 @@ from sqlalchemy import insert
 from ..db.tables import LedgerEntry
 from ..errors import Problem
 from ..features import FeatureError, dense_rows
+from ..feature_map import encode as map_encode
 from ..ids import utcnow
 from ..registry import (loss_for, spec_from_json)
 from ..unlearning.mechanism.calibration import require_finite_array
@@ -165,10 +166,10 @@ class Forgetting(UseCase):
         spec = spec_from_json(row.spec_json)
         X = [by_id[rid][0] for rid in ids]
         F = [by_id[rid][2] for rid in ids]
-        if spec.features is not None or any(f is not None for f in F):
+        if spec.features is not None or spec.feature_map is not None or any(f is not None for f in F):
             order = {e[0]: i for i, e in enumerate(examples)}
-            try:
-                X = dense_rows(spec.features, spec.x_norm, X, F)
+            try:  # the same encoding as at learn: the check codes below compare what the model summed
+                X = map_encode(spec.feature_map, dense_rows(spec.features, spec.x_norm, X, F))
             except FeatureError as e:  # name the example by its place in the request
                 e.index = order[ids[e.index]] if e.index is not None else None
                 raise feature_problem(e, examples=True) from None

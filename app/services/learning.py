@@ -116,7 +116,7 @@ class Learning(UseCase):
 
     def _learn_rows(self, spec, X: Any, y: Any, F: list | None) -> tuple[Any, Any]:
         """The examples of a learn as the engine takes them, checked against the model's spec (422 otherwise)."""
-        if spec.features is not None or F is not None:
+        if spec.features is not None or spec.feature_map is not None or F is not None:
             X = self._encode(spec, X, F)
         if isinstance(X, np.ndarray) and X.ndim == 2:  # columnar bodies arrive as one array
             bad = None if X.shape[1] == spec.dim else 0

@@ -22,7 +22,7 @@ from .spec_hints import with_choices, with_default_loss
 from ..db.retained import SqlRetained
 from .idempotency import erase_model
 from .quotas import bump
-from . import book
+from . import book, feature_maps
 from ..receipts.canonical import erased_records_sha256
 from .receipts import guarantee_of
 from .model_core import (ERASED, UseCase, _MODEL_CURSOR, _RECORDS, _insert_erased, spec_problem)
@@ -38,12 +38,17 @@ class ModelLifecycle(UseCase):
                 raise Problem(422, "invalid-model-spec", f"{field}: {e}", errors=[{
                     "field": field, "pointer": "/" + field.replace(".", "/"), "loc": ["body", *field.split(".")],
                     "msg": str(e)}]) from None
+        payload, fm = feature_maps.engine_payload(payload)  # a public feature map: the engine sees phi(x)
+        budget, max_dim = request_budget(self.settings), self.settings.max_dim
+        engine_budget = feature_maps.engine_budget(budget, fm)
         try:
             payload = with_default_loss(payload)
             check_new_hyperparameters(payload["algorithm"], payload["loss"], payload.get("hyperparameters"))
-            spec = build_spec(payload, max_dim=self.settings.max_dim, budget=request_budget(self.settings))
+            spec = build_spec(payload, max_dim=max_dim, budget=engine_budget)
         except SpecError as e:
-            raise spec_problem(with_choices(e, payload, self.settings.max_dim, request_budget(self.settings))) from None
+            raise spec_problem(feature_maps.renamed(with_choices(e, payload, max_dim, engine_budget), fm, payload, budget,
+                                                    max_dim)) from None
+        spec = feature_maps.finish(spec, fm, budget, payload, max_dim)
         engine = self.registry.new_engine(spec)
         if not all(np.isfinite(v) for v in engine.constants().values() if isinstance(v, (int, float))):
             # e.g. domain_radius near 1e308: D = 2R overflows; such a model could certify nothing (was served as null)
@@ -165,6 +170,7 @@ class ModelLifecycle(UseCase):
         bump(s, row.tenant_id, models=-1, records=-(row.n_records - row.n_forgotten - (row.n_dropped or 0)),
              stored=-(row.bytes_stored or 0))
         row.status, row.published, row.deleted_at, row.updated_at = "deleted", None, now, now
+        row.last_evaluation = None  # its figures go with the model
         row.version += 1
         s.flush()
         return receipt

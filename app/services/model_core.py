@@ -27,6 +27,7 @@ from ..db import state_log
 from ..db.tables import Model, Record, Tenant
 from ..errors import Problem
 from ..features import FeatureError, dense_rows
+from ..feature_map import encode as map_encode
 from ..ids import id_pattern
 from ..registry import (ModelRegistry, published_bytes, spec_from_json)
 from ..unlearning.contract.errors import NumericError
@@ -117,18 +118,23 @@ def spec_problem(e: SpecError) -> Problem:
     return Problem(422, "invalid-model-spec", detail, errors=[item])
 
 
+# refusals about the rows' shape (the hashed spec's) and a feature map's checks of the raw rows (app/feature_map.py)
+SHAPE_CODES = ("features-required", "features-not-declared", "invalid-dimension", "out-of-bounds-input",
+               "batch-too-large")
+
+
 def feature_problem(e: FeatureError, examples: bool) -> Problem:
     """422 naming the example (``index``) and the field of a refused feature dictionary; never echoes a value.
     ``examples``: the body holds ``examples: [{x | features}]`` (learn, unlearn), else ``{x: [..]}`` or
     ``{features: [..]}`` (predict)."""
     i = [] if e.index is None else [e.index]
-    if e.code in ("features-required", "features-not-declared"):  # e.field is the shape sent: "x" or "features"
+    if e.code in SHAPE_CODES:  # e.field is the shape sent: "x" or "features"
         where = ["body", "examples", *i, e.field] if examples else ["body", e.field, *i]
     else:
         where = ["body", "examples", *i, "features"] if examples else ["body", "features", *i]
         if e.field is not None:
             where.append(e.field)
-    return Problem(422, e.code, str(e), index=e.index, field=e.field,
+    return Problem(413 if e.code == "batch-too-large" else 422, e.code, str(e), index=e.index, field=e.field,
                    errors=[{"loc": where, "msg": str(e), "type": e.code}])
 
 
@@ -351,7 +357,8 @@ class UseCase:
         # a family private with respect to each record's presence withholds its counts (the engine contract says)
         counts = engine_class(row.algorithm).publishes_counts(spec_from_json(row.spec_json))
         return {
-            "id": row.id, "name": row.name, "algorithm": row.algorithm, "loss": spec["loss"], "dim": spec["dim"],
+            "id": row.id, "name": row.name, "algorithm": row.algorithm, "loss": spec["loss"],
+            "dim": (spec.get("feature_map") or {}).get("input_dim", spec["dim"]), "feature_map": spec.get("feature_map"),
             "bounds": {"x_norm": spec["x_norm"], "y_abs": spec["y_abs"]},
             "domain_radius": spec["domain_radius"], "l2": spec["l2"],
             "privacy": {"epsilon": spec["epsilon"], "delta": spec["delta"]},
@@ -380,10 +387,11 @@ class UseCase:
     @staticmethod
     def _encode(spec, X: Any, F: list | None, *, examples: bool = True) -> Any:
         """Dense rows of a request for the model's spec: feature dictionaries hashed (app/features.py), the same
-        function at learning, forgetting and prediction; a request of the wrong shape is a 422 (``examples``: the
-        request lists examples, as learn and unlearn do, rather than predict's inputs)."""
+        function at learning, forgetting and prediction, then a public feature map's phi (app/feature_map.py); a
+        request of the wrong shape is a 422 (``examples``: the request lists examples, as learn and unlearn do,
+        rather than predict's inputs)."""
         try:
-            return dense_rows(spec.features, spec.x_norm, X, F)
+            return map_encode(spec.feature_map, dense_rows(spec.features, spec.x_norm, X, F))
         except FeatureError as e:
             raise feature_problem(e, examples=examples) from None
 

@@ -57,7 +57,7 @@ class Prediction(UseCase):
         dim = spec.dim
         if gate is not None:
             raise Problem(409, "inference-not-ready", gate)
-        if spec.features is not None or features is not None:
+        if spec.features is not None or spec.feature_map is not None or features is not None:
             X = self._encode(spec, X, features, examples=False)
         if any(len(row) != dim for row in X):  # ragged rows would make numpy raise (was a 500)
             raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")

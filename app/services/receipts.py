@@ -12,6 +12,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from ..db.merkle_store import SqlNodeStore
 from ..db.tables import Checkpoint, Receipt, Tenant
 from ..errors import Problem
+from ..feature_map import map_summary
 from ..ids import iso, new_id, utcnow
 from ..receipts.canonical import parameters_sha256, signed_receipt_bytes
 from ..receipts.checkpoint import make_checkpoint, receipt_proof, tenant_origin
@@ -23,8 +24,11 @@ from .receipt_figures import receipt_figures
 
 
 def guarantee_of(engine: Unlearner) -> dict[str, str]:
-    """The guarantee as the engine instance states it (wording may depend on hyperparameters)."""
-    return {"definition": engine.guarantee_definition, "statement": engine.guarantee_words}
+    """The guarantee as the engine instance states it (wording may depend on hyperparameters), and for a model with
+    a public feature map what the map is and that nothing in it depends on data (app/feature_map.py)."""
+    words = map_summary(getattr(engine.spec, "feature_map", None))
+    return {"definition": engine.guarantee_definition,
+            "statement": engine.guarantee_words if words is None else f"{engine.guarantee_words} {words}"}
 
 
 def mechanism_fields(cert: Certificate) -> dict[str, Any]:

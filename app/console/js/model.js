@@ -3,6 +3,7 @@ import { ApiError, getAll, getJson } from './api.js';
 import { capacityChart, privacyChart } from './charts.js';
 import { fill, h, num, short, when } from './dom.js';
 import { exportBundle } from './receipt.js';
+import { evaluationCard, lastEvaluation } from './evaluation.js';
 
 const enc = encodeURIComponent;
 const PAGE = 20;
@@ -22,6 +23,7 @@ export async function renderModel(main, id) {
   const all = await getAll(`v1/models/${enc(id)}/deletions`, { cap: 5000 });
   const points = all.items.map((r) => ({ rho: r.ledger_after.rho_spent, epsilon: r.ledger_after.epsilon, capacity: r.ledger_after.capacity_left }));
   const deleted = ledger.model_status === 'deleted';
+  const evaluation = model ? await lastEvaluation(id) : null;
 
   const chartBox = h('div', { class: 'chart', id: 'privacy-chart' });
   const capBox = h('div', { class: 'chart', id: 'capacity-chart' });
@@ -45,6 +47,7 @@ export async function renderModel(main, id) {
         field('ε spent', `${num(ledger.epsilon)} at δ = ${num(ledger.delta)}`),
         ledger.capacity_total === null ? null : field('Deletion capacity', `${ledger.capacity_left} of ${ledger.capacity_total} left`),
         field('Epoch', String(ledger.epoch)), field('Ledger entries', String(ledger.entries.length))))),
+    evaluation ? evaluationCard(evaluation) : null,
     h('section', { class: 'card', id: 'ledger-plot' }, h('h2', { text: 'Privacy spent over deletions' }),
       h('p', { class: 'muted', text: points.length ? `From the ${points.length} signed receipts (each receipt's ledger_after).`
         + (all.truncated ? ' Only the first 5000 deletions are plotted.' : '') : 'No deletions yet.' }),

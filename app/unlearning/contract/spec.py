@@ -56,6 +56,9 @@ class ModelSpec:
     # always, loss squared for a family that classifies by least squares (``Unlearner.classifier_losses``); 0 otherwise
     n_classes: int = 0
     classes: tuple[str, ...] | None = None
+    # a public feature map (app/feature_map.py) or None: the service maps each raw row to phi(x) before the engine
+    # sees it (``dim`` is then the mapped dimension and ``x_norm`` the map's bound); engines never read it
+    feature_map: Mapping[str, Any] | None = None
 
     @property
     def n_params(self) -> int:
