@@ -44,12 +44,12 @@ class _ColumnarFingerprint:
     def __init__(self, ids: list[str], X: np.ndarray, y: np.ndarray):
         self.ids, self.X, self.y = ids, X, y
 
-    def model_dump_json(self) -> str:
+    def model_dump_json(self, **kwargs) -> str:
         from ..schemas import Example
 
         return LearnRequest.model_construct(examples=[
             Example.model_construct(id=i, x=row, y=v) for i, row, v in zip(self.ids, self.X.tolist(), self.y.tolist())
-        ]).model_dump_json()
+        ]).model_dump_json(**kwargs)
 
 
 def _error(loc: tuple, msg: str, kind: str) -> RequestValidationError:

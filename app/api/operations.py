@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import Problem
 from ..ids import id_pattern
+from ..schemas.common import NO_CONTROL
 from ..schemas.operations import Operation, OperationList, OperationReceipts, problem_document
 from ..services.auth import Principal
 from . import idempotent
@@ -24,7 +25,7 @@ from .deps import AnyKey, Writer, authenticate, get_ctx
 from .problems import TITLES, responses
 
 router = APIRouter(prefix="/v1/operations", tags=["operations"])
-OperationId = Annotated[str, Path(pattern=id_pattern("op"), description="An operation id.")]
+OperationId = Annotated[str, Path(pattern=NO_CONTROL, max_length=64, description="An operation id (no control characters).")]
 Limit = Annotated[int, Query(ge=1, le=200)]
 STATUS = "^(queued|running|succeeded|failed|cancelled)$"
 PreferHeader = Annotated[str | None, Header(alias="Prefer", max_length=1024, description=(
@@ -111,7 +112,7 @@ async def _reader_of_receipts(request: Request) -> Principal:
 
 @router.get("", response_model=OperationList, responses=responses(401, 403, 422))
 def list_operations(request: Request, p: AnyKey,
-                    model_id: Annotated[str | None, Query(pattern=id_pattern("mdl"))] = None,
+                    model_id: Annotated[str | None, Query(pattern=NO_CONTROL, max_length=64)] = None,
                     status: Annotated[str | None, Query(pattern=STATUS)] = None,
                     cursor: Annotated[str | None, Query(pattern=id_pattern("op"))] = None, limit: Limit = 50):
     """The tenant's operations, newest first, with cursor pagination; optionally of one model, or in one status."""

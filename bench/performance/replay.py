@@ -121,19 +121,22 @@ def d2d_learn(sizes: tuple[int, ...], log=print) -> dict:
 
 
 def read_rate(n: int = 5_000, log=print) -> dict:
-    """Unwrap + decrypt per record (no database), then n records read back through SqlRetained on SQLite."""
+    """Per record: unwrap + decrypt of the sealed chunks the store keeps (issue 36: one key per chunk of up to
+    ``capacity(d)`` records, no database), then n records read back through SqlRetained on SQLite."""
     from app.crypto import Cipher
     from app.db import retained as rs
 
     cipher = Cipher(bytes(range(32)))
     X, y = stream(n, D, seed=5)
-    sealed = [rs.seal_example(cipher, "m", i + 1, X[i], float(y[i])) for i in range(n)]
+    cap = rs.capacity(D)
+    steps = np.arange(1, n + 1, dtype=np.int64)
+    sealed = [rs.seal_chunk(cipher, "m", 0, steps[a:a + cap], X[a:a + cap], y[a:a + cap]) for a in range(0, n, cap)]
     t = time.perf_counter()
-    keys = [cipher.open(w, rs.PURPOSE, f"m:{i + 1}") for i, (_, w) in enumerate(sealed)]
+    keys = [cipher.open(k["wrapped"], rs.PURPOSE, f"m:{k['chunk_id']}") for _, k in sealed]
     unwrap = (time.perf_counter() - t) / n
     t = time.perf_counter()
-    for i, (s, w) in enumerate(sealed):
-        rs.open_example(cipher, "m", i + 1, s, w)
+    for row, k in sealed:
+        rs.open_chunk(cipher, "m", D, row["id"], 0, row["steps"], row["sealed"], k["wrapped"])
     both = (time.perf_counter() - t) / n
     out = {"n": n, "unwrap_s": unwrap, "open_s": both, "decrypt_s": both - unwrap, "keys": len(keys)}
     try:
@@ -150,11 +153,11 @@ def _sqlite_read(cipher, X: np.ndarray, y: np.ndarray) -> float:
     from sqlalchemy.orm import Session
 
     from app.db import retained as rs
-    from app.db.tables import Base
+    from app.db.tables import Base, RetainedChunk, RetainedChunkKey
 
     with tempfile.TemporaryDirectory() as tmp:
         engine = create_engine(f"sqlite:///{tmp}/r.db")
-        Base.metadata.create_all(engine, tables=[rs.RetainedExample.__table__, rs.RetainedKey.__table__])
+        Base.metadata.create_all(engine, tables=[RetainedChunk.__table__, RetainedChunkKey.__table__])
         with Session(engine) as s:
             store = rs.SqlRetained(s, "m", D, cipher)
             store.add(np.arange(1, len(X) + 1), X, y)

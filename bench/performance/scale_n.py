@@ -201,13 +201,13 @@ def sealed_store_bytes(n: int) -> dict:
 
     from app.crypto import Cipher
     from app.db import retained as rs
-    from app.db.tables import Base
+    from app.db.tables import Base, RetainedChunk, RetainedChunkKey
 
     X, y, _, _ = chunked_stream(n, D, seed=9, n_test=0)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "r.db"
         engine = create_engine(f"sqlite:///{path}")
-        Base.metadata.create_all(engine, tables=[rs.RetainedExample.__table__, rs.RetainedKey.__table__])
+        Base.metadata.create_all(engine, tables=[RetainedChunk.__table__, RetainedChunkKey.__table__])
         with engine.connect() as c:
             c.exec_driver_sql("VACUUM")
         empty = path.stat().st_size
