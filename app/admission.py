@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from .unlearning import ModelSpec, SpecError, Unlearner
-from .unlearning.maths.work_budget import FORGET_BATCH, Budget, Cost
+from .unlearning.maths.work_budget import FORGET_BATCH, Budget, Cost, largest as _largest
 
 
 def request_budget(settings) -> Budget:
@@ -42,16 +42,6 @@ def _fits(cls: type[Unlearner], spec: ModelSpec, budget: Budget, batch: int = 1)
         return not _excess(cls.cost(spec, batch), budget)
     except (SpecError, ArithmeticError, ValueError, OverflowError):
         return False
-
-
-def _largest(ok, lo: int, hi: int) -> int | None:
-    """The largest integer in [lo, hi] for which the monotone predicate ``ok`` holds (None if none)."""
-    if hi < lo or not ok(lo):
-        return None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
-    return lo
 
 
 def _varied(spec: ModelSpec, path: str, value: int) -> ModelSpec:

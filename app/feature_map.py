@@ -371,13 +371,3 @@ def map_summary(fm: Mapping[str, Any] | None) -> str | None:
     return (f"The model learns on a public feature map ({fm['kind']}: {what}, gamma {fm['gamma']:.6g}, declared input "
             f"scaling clipped at {fm['clip']:g}): nothing in the map depends on data, and the guarantee holds for "
             f"the mapped vectors, whose norm is at most {fm['bound']:g}.")
-
-
-def largest(ok, lo: int, hi: int) -> int | None:
-    """The largest integer in [lo, hi] for which the monotone predicate ``ok`` holds (None if none)."""
-    if hi < lo or not ok(lo):
-        return None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
-    return lo

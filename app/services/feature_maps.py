@@ -11,11 +11,11 @@ import dataclasses
 from typing import Any
 
 from ..errors import Problem
-from ..feature_map import (FeatureMapError, largest, memory_bytes, normalize_map, precompute_work, prepared,
+from ..feature_map import (FeatureMapError, memory_bytes, normalize_map, precompute_work, prepared,
                            rows_work)
 from ..registry import build_spec
 from ..unlearning import ModelSpec, SpecError, engine_class
-from ..unlearning.maths.work_budget import Budget
+from ..unlearning.maths.work_budget import Budget, largest
 
 
 def map_spec_problem(e: FeatureMapError) -> Problem:

@@ -20,6 +20,16 @@ from .records import example_mac
 from .model_core import (UseCase, class_indices, numeric_guard)
 
 
+def check_distinct(ids: list[str]) -> None:
+    """422 duplicate-record naming the first record id that appears twice in one learn."""
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        for rid in ids:
+            if rid in seen:
+                raise Problem(422, "duplicate-record", f"Record id {rid!r} appears more than once in this batch.")
+            seen.add(rid)
+
+
 def capacity_problem(engine, left: int) -> Problem:
     """409 horizon-reached naming the spec field that bounds the model and what raises it (issue 36 item 3); a family
     whose capacity is spent for a reason of its own words it (``learn_refusal``: exact_ridge's release horizon,
@@ -47,12 +57,7 @@ class Learning(UseCase):
               F: list | None = None) -> dict[str, Any]:
         """Learn ``ids`` with dense rows ``X`` or, per example, feature dictionaries ``F`` (models with a spec)."""
         self._check_batch(len(ids))
-        if len(set(ids)) != len(ids):
-            seen: set[str] = set()
-            for rid in ids:
-                if rid in seen:
-                    raise Problem(422, "duplicate-record", f"Record id {rid!r} appears more than once in this batch.")
-                seen.add(rid)
+        check_distinct(ids)
         rows: list = []  # the request's (X, y) once checked against the model's spec (it never changes)
 
         def attempt(work):

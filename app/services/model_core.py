@@ -372,10 +372,15 @@ class UseCase:
             "n_classes": spec.get("n_classes"), "classes": spec.get("classes"),
         }
 
+    def _hold(self, model_id: str, what: str):
+        """The model's gate and the computation's ``Work`` (its deadline): a request's (app/services/concurrency.py);
+        an operation holds it with its own wait and work (app/services/operation_steps.py)."""
+        return self.gates.hold(model_id, what)
+
     def _optimistic(self, model_id: str, what: str, attempt) -> Any:
         """``attempt(work)`` (read, compute, write; it raises ``Moved`` when the model moved on before its write)
         under the model's gate, at most ``ATTEMPTS`` times (app/services/concurrency.py)."""
-        with self.gates.hold(model_id, what) as work:
+        with self._hold(model_id, what) as work:
             for _ in range(ATTEMPTS):
                 try:
                     return attempt(work)

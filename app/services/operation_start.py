@@ -24,7 +24,7 @@ from ..errors import Problem
 from ..registry import spec_from_json
 from ..unlearning import engine_class
 from .forgetting import Forgetting, spent_problem
-from .learning import Learning
+from .learning import Learning, check_distinct
 from .model_core import UseCase, _forgotten, _Rec
 from .operations import OperationStore, view
 from .records import commitment_digests
@@ -149,12 +149,7 @@ class OperationStarts(UseCase):
               guard=None) -> dict[str, Any]:
         """The checks of ``Learning.learn`` before it computes, then the operation: commitments and the checked
         examples in chunks of ``max_learn_batch``."""
-        if len(set(ids)) != len(ids):
-            seen: set[str] = set()
-            for rid in ids:
-                if rid in seen:
-                    raise Problem(422, "duplicate-record", f"Record id {rid!r} appears more than once in this batch.")
-                seen.add(rid)
+        check_distinct(ids)
         with self.db.read() as s:
             row = self._model_row(s, tenant_id, model_id)
             Xv, yv = self._learning._learn_rows(spec_from_json(row.spec_json), X, y, F)

@@ -30,7 +30,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ..db.record_batches import lookups_of
 from ..errors import Problem
-from .concurrency import ATTEMPTS, Cancelled, Moved, Work, cancellable, conflict_problem
+from .concurrency import Cancelled, Work, cancellable
 from .forgetting import Forgetting
 from .learning import Learning
 from .model_core import _forgotten
@@ -152,17 +152,10 @@ class _Operated:
     handle: Handle
     digests: list[bytes]
 
-    def _optimistic(self, model_id: str, what: str, attempt) -> Any:
+    def _hold(self, model_id: str, what: str):
         h = self.handle
-        with self.gates.hold(model_id, what, wait=None, waiting=h.stopped,
-                             make_work=lambda gates, mid, gate: OperationWork(gates, mid, gate, h)) as work:
-            for _ in range(ATTEMPTS):
-                try:
-                    return attempt(work)
-                except Moved:
-                    if self.metrics:
-                        self.metrics.refusals.labels("write-retry").inc()
-        raise conflict_problem(model_id)
+        return self.gates.hold(model_id, what, wait=None, waiting=h.stopped,
+                               make_work=lambda gates, mid, gate: OperationWork(gates, mid, gate, h))
 
     def _commitments(self, key: bytes, ids: list[str]) -> list[bytes]:
         return self.digests

@@ -157,3 +157,14 @@ class Budget:
     memory: float
     batch: int
     max_records: int = 1_000_000
+
+
+def largest(ok, lo: int, hi: int) -> int | None:
+    """The largest integer in [lo, hi] for which the monotone predicate ``ok`` holds (None if none): the budget
+    searches of admission (app/admission.py) and of feature maps (app/services/feature_maps.py)."""
+    if hi < lo or not ok(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
+    return lo
