@@ -5,6 +5,7 @@ The engine is pure numpy: no I/O, no web framework, no SQL.  The service talks t
 """
 from __future__ import annotations
 
+import math
 import functools
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Collection, Iterator, Mapping, Protocol, Sequence
@@ -388,6 +389,13 @@ def ogd_learn_work(spec: ModelSpec, batch: int) -> float:
 
     p = spec.n_params
     return wb.exact_ogd(batch, p) + 3.0 * wb.STEP if spec.loss in LOSS_CODES else wb.ogd_steps(batch, p)
+
+
+def ogd_replay_work(spec: ModelSpec, n: int, chunk: int) -> float:
+    """Reading n kept records in chunks of ``chunk`` and replaying OGD over them (``retrain.ogd_recompute``: one
+    ``ogd_run`` per chunk, as ``ogd_learn_work`` counts a learn)."""
+    chunks = math.ceil(max(n, 1) / max(chunk, 1))
+    return wb.read(n, spec.n_params, chunk) + ogd_learn_work(spec, n) + (chunks - 1) * 3.0 * wb.STEP
 
 
 def checked_forget_steps(steps: Sequence[int], t: int) -> list[int]:
