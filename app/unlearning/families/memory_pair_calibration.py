@@ -44,9 +44,10 @@ class MemoryPairCalibration(Unlearner):
                 + (8.0 * m * m * p + 30.0 * m**3) * wb.DENSE_FLOP)
         N = int(spec.hyperparameters.get("max_records") or batch) if cls.keeps_records(spec) else 0
         read = wb.read_random(1, p) if N else 0.0  # retained mode: the record's chunk is read
-        # measured: the removal step (its factor rebuilt) ~2x a learn's step, a retrain's step ~0.8x
-        return wb.Cost(learn=batch * step, forget=2.0 * step + wb.release(p) + read,
-                       forget_each=2.0 * step + wb.release(p) + read - (wb.STORE if N else 0.0),
+        # measured: the removal step (its factor rebuilt) and the publication ~2-3x a learn's step (the QR of p x 2m
+        # varies most: issue 36 item 3), a retrain's step ~0.8x
+        return wb.Cost(learn=batch * step, forget=3.0 * step + wb.release(p) + read,
+                       forget_each=3.0 * step + wb.release(p) + read - (wb.STORE if N else 0.0),
                        retrain=wb.read(N, p) + 1.2 * N * step,
                        array_bytes=wb.F64 * 2.0 * m * p,
                        learn_fields=("dim", "hyperparameters.memory"), forget_fields=("dim", "hyperparameters.memory"),

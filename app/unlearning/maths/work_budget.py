@@ -143,14 +143,14 @@ def eigh(p: int) -> float:
     """A symmetric p x p eigendecomposition with eigenvectors (LAPACK syevd through numpy.linalg.eigh) and the solve
     through its factors: measured 0.11 ms at p = 26, 0.56 ms at 76, 9.2 ms at 301, 31 ms at 501 (one thread; issue
     36 item 3): per-column and p^2 overheads dominate below p ~ 300, the BLAS-3 reduction above."""
-    return 6000.0 * p + 100.0 * p * p + 0.3 * p**3
+    return 8000.0 * p + 120.0 * p * p + 0.3 * p**3
 
 
 def restart(p: int, draw: bool = True) -> float:
     """A restart of an online model: its state re-drawn from the noise source (``draw``) or zeroed (p coordinates),
     its clock and ledger reset."""
-    # measured 0.20-0.28 ms (draw), 26-70 us (zeroed) at p = 1 251-5 001, mostly fixed (issue 36 item 3)
-    return 7.0 * STEP + 50.0 * p if draw else 2.0 * STEP + 8.0 * p
+    # measured 0.20-0.29 ms (draw), 26-70 us (zeroed) at p = 1 251-5 001, mostly fixed (issue 36 item 3)
+    return 8.0 * STEP + 40.0 * p if draw else 2.0 * STEP + 8.0 * p
 
 
 @dataclass(frozen=True)
