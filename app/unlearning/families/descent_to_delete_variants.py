@@ -227,7 +227,8 @@ class DescentToDeleteVariants(Unlearner):
             # on up to N records whenever some round gets there, else only the forget below n/2 trains
             replaced = worst_round == 0.0 or lo < ROUNDS_WORST
             forget = max(train if replaced else train_half, worst_round)
-            learn = train + worst_round
+            adds = worst_round if eng.variant == "distributed" else add_rounds_overhead(eng, p, N, c, lo, in_memory)
+            learn = train + min(worst_round, adds)
         else:
             # a forget below n/2 of the epoch is an exact retrain (Assumption 2.6; descent_to_delete.py)
             forget = max(round_cost(ROUNDS_WORST), train_half)
@@ -375,3 +376,19 @@ class DescentToDeleteVariants(Unlearner):
         if self.variant == "distributed":
             return probe.sizes.C * probe.sizes.B * probe.T
         return n * probe.T
+
+
+def add_rounds_overhead(eng, p: int, N: int, chunk: int, worst: int, in_memory: bool) -> float:
+    """What a learn's add rounds cost beyond a training's gradients, with retrain_when_cheaper (descent_to_delete.py
+    ``learn``): the k rounds run only while their gradient budgets sum below a training's, sum_j (h + j) I_j <
+    N T, so k (k + 1) / 2 I_1 < N T bounds k (I_j >= I_1: the iterations grow with the round), and beyond its
+    gradients each round costs its passes' calls and steps (at most ``worst``'s iterations, a round replaced by a
+    training running at most as many passes) and a release; records not held in memory are re-read on every pass
+    (its fixed costs: the store's queries and every chunk opened; the bytes are the training's)."""
+    k = math.isqrt(int(2 * N * eng.T // max(1, eng.update_iterations(1)))) + 1
+    passes = eng.update_iterations(worst)
+    calls = math.ceil(N / max(chunk, 1)) * wb.CALL + wb.GD_STEP
+    if not in_memory:
+        calls += wb.STORE + math.ceil(N / wb.chunk_records(p)) * wb.CHUNK_OPEN
+    return k * (passes * calls + wb.release(p))
+

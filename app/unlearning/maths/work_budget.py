@@ -41,8 +41,9 @@ PREDICT_CALL = 150_000.0  # a prediction call (its checks, the scores and output
 F64 = 8             # bytes per float64
 DISTRIBUTED = 1.7   # descent_to_delete distributed: measured / counted (reservoir updates, slot bookkeeping, selection)
 # one multiply-add of a matrix-vector product (X theta, X^T r) over a matrix of rows held in memory: 0.24-0.41 ns
-# measured while the matrix stays in cache, 0.7-0.8 ns streamed from memory (issue 36 item 3, d = 50..1000)
-GEMV_CACHED, GEMV = 0.6, 1.0
+# measured while the matrix stays in cache, 0.47 (descent_to_delete's passes over 33 MB) to 0.8 ns streamed from
+# memory on the loaded machine (issue 36 item 3, d = 50..1000)
+GEMV_CACHED, GEMV = 0.6, 0.8
 GEMV_CACHE_BYTES = 16 << 20  # matrices up to this size are counted at GEMV_CACHED (measured: 0.33-0.37 ns up to 25 MB)
 GD_STEP = 15_000.0  # the Python of one full-batch GD step besides its products (the update, the projection)
 ROW = 20.0          # one row's residual or curvature weight (a loss's phi' or phi'': exp/tanh, a few passes)
