@@ -5,8 +5,8 @@ The engine is pure numpy: no I/O, no web framework, no SQL.  The service talks t
 """
 from __future__ import annotations
 
-import math
 import functools
+import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Collection, Iterator, Mapping, Protocol, Sequence
 
