@@ -13,8 +13,8 @@ The test prints the table and fails on an estimate short of the measured CPU by 
 few runs; a request that exceeds its estimate could exceed the budget the estimate admitted it under; the margin
 covers a CI run measuring beside the rest of the suite on 2 cores).  The target of
 issue 36 (every ratio measured / estimated within [0.3, 1]) is the benchmark's, at larger sizes on a quiet machine
-(``python -m bench.performance.work_calibration``; docs/operations.md §8 lists the ratios and the estimates that
-are worst cases the measured request does not reach).
+(``python -m bench.performance.work_calibration``; docs/operations.md §8 lists the ratios; the worst cases that
+benign data do not reach are forced there and here: ``FORCED`` in the bench).
 """
 from __future__ import annotations
 

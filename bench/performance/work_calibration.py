@@ -12,15 +12,19 @@ one thread, the compiled kernels loaded: what the calibration assumes) of
 * **retrain**: one exact retrain (families that can), from the same store;
 * **predict**: predicting the learn batch's rows from the published parameters (``predict_published``)
 
-is set against the family's estimate for that spec (``Unlearner.estimate`` with ``max_records`` = the records held;
-``predict_cost``), one unit being about one ns of one core.  Each figure is the least of a few runs on fresh copies
-(another process's burst on a shared machine is not the family's work).  Target (issue 36): every ratio measured /
-estimated within [0.3, 1].  ``tests/test_work_estimates.py`` runs the small sizes in CI and prints the table;
-``--docs`` rewrites the table in docs/operations.md §8 from a full run.
+(learn, forget and retrain followed by ``published()``, as the service publishes after each) is set against the
+family's estimate for that spec (``Unlearner.estimate`` with ``max_records`` = the records held; ``predict_cost``),
+one unit being about one ns of one core.  Each figure is the least of a few runs on fresh copies (another process's
+burst on a shared machine is not the family's work).  Target (issue 36): every ratio measured / estimated within
+[0.3, 1].  Where the estimate is a worst case benign data do not reach, the case forces it (``FORCED``: a forget
+whose GD runs all max_gd_steps, the CG that runs to its cap then the dense solve, the eigendecomposition that serves
+where Cholesky fails) and the row's detail says so.  ``tests/test_work_estimates.py`` runs the small sizes in CI
+and prints the table; ``--json`` keeps the rows of a full run.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import tempfile
@@ -28,6 +32,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -42,13 +47,15 @@ CASES = {
     "passive_olu": ("passive_olu", {}, {}),
     "passive_olu_restart": ("passive_olu_restart", {"max_deletions": 3, "horizon": 1000}, {}),
     "discard_and_restart": ("discard_and_restart", {}, {}),
-    "active_olu_two_phase": ("active_olu", {"variant": "two_phase"}, {"dim": 1000}),
+    # max_gd_steps 8: the cap binds from the 10th record on (planned_gd_steps(1, tau) >= 10), so the forget runs every
+    # GD pass its estimate counts (the default 2000 counts 642 where a first deletion plans 28: FORCED)
+    "active_olu_two_phase": ("active_olu", {"variant": "two_phase", "max_gd_steps": 8}, {"dim": 1000}),
     "memory_pair": ("memory_pair", {"capacity": 3}, {}),
     "retrain": ("retrain", {}, {"dim": 200}),
     "sisa": ("sisa", {}, {"dim": 200}),
     "second_order_olu": ("second_order_olu", {}, {"dim": 300}),
     "descent_to_delete_secret": ("descent_to_delete", {"variant": "secret"}, {"dim": 1000}),
-    "rewind_to_delete": ("rewind_to_delete", {"initial_size": 3, "T": 20}, {"dim": 1000}),
+    "rewind_to_delete": ("rewind_to_delete", {"T": 20}, {"dim": 1000}),  # initial_size: its default, 256
     "exact_ridge": ("exact_ridge", {}, {"loss": "squared", "dim": 300}),
     "exact_ridge_retained": ("exact_ridge", {"deletion_features": "retained"}, {"loss": "squared", "dim": 300}),
     "online_dp_tree_kernel": ("online_dp_tree", {"horizon": 10**6, "max_deletions": 10}, {"dim": 20000}),
@@ -65,6 +72,51 @@ TARGET = (0.3, 1.0)
 MAX_EXAMPLE_BYTES = 40e6  # one learn request's examples
 HOLD_SECONDS = 20.0  # at most this long learning the records a model holds before its measured requests
 PREDICT_ROWS = 1000
+EARLY_STOP = 0.6  # a run at most this share of its estimate ends a measurement's tries
+
+
+def _cg_to_cap(hvp, b, tol, max_iter):
+    """second_order_numerics.cg run to its cap, then reported unconverged: the forget's worst case (every CG product
+    its estimate counts, then the dense fallback: forming H and its solves)."""
+    x, r = np.zeros_like(b), b.copy()
+    d, rr = r.copy(), float(r @ r)
+    for _ in range(max_iter):
+        Hd = hvp(d)
+        den = float(d @ Hd)
+        a = rr / den if den > 0 else 0.0
+        x += a * d
+        r -= a * Hd
+        rr_new = float(r @ r)
+        d = r + (rr_new / rr if rr > 0 else 0.0) * d
+        rr = rr_new
+    hvp(x)  # cg's closing residual check
+    return x, float("inf")
+
+
+@contextlib.contextmanager
+def _force_cg_to_cap():
+    from app.unlearning.families import second_order
+
+    with mock.patch.object(second_order, "cg", _cg_to_cap):
+        yield
+
+
+@contextlib.contextmanager
+def _force_eigh():
+    import scipy.linalg
+
+    with mock.patch.object(scipy.linalg, "cho_factor", side_effect=np.linalg.LinAlgError("forced")):
+        yield
+
+
+# Worst cases the estimate counts but a request on benign data does not reach, forced here (issue 36 item 3);
+# the rows' detail says so.  (active_olu: its max_gd_steps in CASES.)
+FORCED = {
+    "active_olu_two_phase": ("max_gd_steps binds", contextlib.nullcontext),
+    "second_order_olu": ("CG to its cap, then the dense solve", _force_cg_to_cap),  # p > 201: the CG sizes
+    "exact_ridge": ("Cholesky fails: eigendecomposition", _force_eigh),
+    "exact_ridge_retained": ("Cholesky fails: eigendecomposition", _force_eigh),
+}
 
 
 @dataclass
@@ -92,13 +144,14 @@ def _cpu(fn) -> float:
 
 def _least(eng, run, estimated: float, tries: int) -> float:
     """The least CPU time of ``run(copy)`` over up to ``tries`` fresh copies of the engine (twice as many for a
-    request estimated under 10 ms, where a scheduler tick or a cold cache weighs), stopping once a run is within the
-    estimate (further runs would only be lower)."""
+    request estimated under 10 ms, where a scheduler tick or a cold cache weighs), stopping early only once a run is
+    well within the estimate (EARLY_STOP of it): stopping at the first run within it reported the first run of a
+    loaded machine, not the least, for ratios near 1."""
     best = float("inf")
     for _ in range(tries if estimated > 1e7 else 2 * tries):
         e = copy.deepcopy(eng)
         best = min(best, _cpu(lambda: run(e)))
-        if best <= estimated:
+        if best <= EARLY_STOP * estimated:
             break
     return best
 
@@ -150,6 +203,12 @@ class Store:
 
 
 def measure_case(name: str, size: int, sizes, store: Store, tries: int = 3) -> list[Row]:
+    """The rows of one case at one size; a FORCED case's worst case forced throughout."""
+    with FORCED.get(name, ("", contextlib.nullcontext))[1]():
+        return _measure_case(name, size, sizes, store, tries)
+
+
+def _measure_case(name: str, size: int, sizes, store: Store, tries: int) -> list[Row]:
     algorithm, hp, overrides = CASES[name]
     work, share = sizes[size]
     if name.endswith("_pure"):
@@ -172,6 +231,10 @@ def measure_case(name: str, size: int, sizes, store: Store, tries: int = 3) -> l
         batch = min(batch, int(h["max_records"]))
     batch = max(1, min(batch, int(MAX_EXAMPLE_BYTES // (8 * spec.dim))))
     eng = cls(spec)
+    forced = FORCED.get(name, ("",))[0]
+    if name == "second_order_olu" and eng.use_direct():
+        forced = ""  # the direct solve is the planned path (p <= 201): nothing to force
+    forced = f", forced: {forced}" if forced else ""
     keeps = eng.needs_retained_data
     mid = store.new(eng) if keeps else None
     held_X: list = []
@@ -187,9 +250,9 @@ def measure_case(name: str, size: int, sizes, store: Store, tries: int = 3) -> l
         row = None
         if timed:
             estimated = cls.estimate(spec, n).learn
-            row = Row(name, size, "learn", _least(eng, lambda e: e.learn(Xk, yk, store_now),
+            row = Row(name, size, "learn", _least(eng, lambda e: (e.learn(Xk, yk, store_now), e.published()),
                                                   estimated, tries), estimated,
-                      f"batch {n}, d {spec.dim}, budget {work:.0e}, after {eng.step}")
+                      f"batch {n}, d {spec.dim}, budget {work:.0e}, after {eng.step}{forced}")
         steps = eng.learn(Xk, yk, store_now)
         if keeps:
             store.add(mid, eng, steps, Xk, yk)
@@ -210,9 +273,9 @@ def measure_case(name: str, size: int, sizes, store: Store, tries: int = 3) -> l
             more(batch)
 
     initial = int(h.get("initial_size") or 0)
-    if initial:  # rewind: the worst learn is the one that reaches initial_size (its training)
-        if initial > batch:
-            more(initial - batch)
+    if initial:  # rewind: the worst learn is the one that reaches initial_size (its training), initial_size - 1 held
+        if initial > 1:
+            more(initial - 1)
         rows = [more(batch, timed=True)]
         hold()
     else:
@@ -225,18 +288,22 @@ def measure_case(name: str, size: int, sizes, store: Store, tries: int = 3) -> l
     if keeps:
         def forget(e):
             e.forget([target], store.reader(mid, e))
+            e.published()  # what one request does: the service publishes the new parameters
     elif eng.needs_deletion_features:
         one = ArrayRetained([target], held_X[0][:1], held_y[0][:1])
 
         def forget(e):
             e.forget([target], one)
+            e.published()
     else:
         def forget(e):
             e.forget([target])
-    rows.append(Row(name, size, "forget", _least(eng, forget, cost.forget, tries), cost.forget, f"{n} held"))
+            e.published()
+    rows.append(Row(name, size, "forget", _least(eng, forget, cost.forget, tries), cost.forget,
+                    f"{n} held{forced}"))
     if eng.supports_retrain and cost.retrain > 0:
-        rows.append(Row(name, size, "retrain", _least(eng, lambda e: e.retrain(store.reader(mid, e)),
-                                                      cost.retrain, tries), cost.retrain, f"{n} held"))
+        rows.append(Row(name, size, "retrain", _least(eng, lambda e: (e.retrain(store.reader(mid, e)), e.published()),
+                                                      cost.retrain, tries), cost.retrain, f"{n} held{forced}"))
     X = _data(spec, max(1, min(PREDICT_ROWS, int(MAX_EXAMPLE_BYTES // (8 * spec.dim)))), 99)[0]
     published = eng.published()
     loss = loss_for(spec)

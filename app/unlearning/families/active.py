@@ -55,7 +55,7 @@ import numpy as np
 from ..contract.certificate import Certificate
 from ..contract.errors import SpecError
 from ..contract.spec import ModelSpec
-from ..contract.unlearner import RetainedData, Unlearner, ogd_learn_work
+from ..contract.unlearner import RetainedData, Unlearner, ogd_learn_work, ogd_replay_work
 from ..maths import work_budget as wb
 from ..maths.domain import project_l2_ball
 from ..maths.losses import augment
@@ -165,7 +165,7 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
         """Learn: OGD.  Each forgotten record: a GD phase of at most I = planned_gd_steps (<= max_gd_steps) steps
         on the N = max_records kept records (two_phase: full-batch passes, read once while they fit CACHE_FLOATS,
         re-read every step otherwise; single: the anchor search reads up to N records one by one, then I steps on
-        one example), then a release.  Retrain: read and replay OGD over N records."""
+        one example), then a release.  Retrain: read and replay OGD over N records (the learn's OGD loop)."""
         eng = cls(spec)
         p, N = spec.n_params, int(spec.hyperparameters.get("max_records") or batch)
         I = eng.planned_gd_steps(N_MAX, N_MAX)
@@ -176,7 +176,7 @@ class ActiveOLU(OmegaSeriesCharges, OGDIterate, Unlearner):
             cached = N * p <= CACHE_FLOATS
             each = (1 if cached else I + 1) * wb.read(N, p, CHUNK_SIZE) + I * wb.gd_pass(N, p, CHUNK_SIZE) + wb.release(p)
             mem = wb.F64 * (min(N * (p + 1), CACHE_FLOATS + CHUNK_SIZE * p) + CHUNK_SIZE * p)
-        replay = wb.read(N, p, CHUNK_SIZE) + wb.ogd_steps(N, p)
+        replay = ogd_replay_work(spec, N, CHUNK_SIZE)  # retrain: ogd_recompute, the compiled loop per chunk
         forget_fields = ("hyperparameters.max_records", "hyperparameters.max_gd_steps", "dim")
         return wb.Cost(learn=ogd_learn_work(spec, batch), forget=each, forget_each=each, retrain=replay, array_bytes=mem,
                        forget_fields=forget_fields, memory_fields=("dim", "hyperparameters.max_records"))

@@ -63,7 +63,7 @@ class DatasetView:
     """The dataset D_i of one round: the retained store minus ``exclude`` plus ``extra`` new examples.
 
     Streams augmented chunks; never materialises the retained set (over a ``RequestData`` it slices the request's
-    rows, minus ``exclude`` copied once per view rather than once per pass).
+    rows, minus ``exclude`` copied once per view rather than once per pass; the new rows likewise augmented once).
     """
 
     def __init__(self, retained: RetainedData | None, exclude: Sequence[int] = (), extra_steps: Any = None,
@@ -74,6 +74,7 @@ class DatasetView:
         self.extra_X = None if extra_X is None else np.asarray(extra_X, np.float64)
         self.extra_y = None if extra_y is None else np.asarray(extra_y, np.float64)
         self._kept: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # RequestData minus exclude
+        self._extra_aug: np.ndarray | None = None  # the new rows augmented, once per view (not once per pass)
 
     @property
     def n(self) -> int:
@@ -90,9 +91,11 @@ class DatasetView:
         elif self.retained is not None:
             for s, X, y in self.retained.chunks(size, exclude=self.exclude):
                 yield s, augment(X), y
+        if len(self.extra_steps) and self._extra_aug is None:
+            self._extra_aug = augment(self.extra_X)
         for start in range(0, len(self.extra_steps), size):
             sl = slice(start, start + size)
-            yield self.extra_steps[sl], augment(self.extra_X[sl]), self.extra_y[sl]
+            yield self.extra_steps[sl], self._extra_aug[sl], self.extra_y[sl]
 
     def steps(self, size: int) -> np.ndarray:
         parts = [s for s, _, _ in self.chunks(size)]

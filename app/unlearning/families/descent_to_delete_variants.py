@@ -203,8 +203,12 @@ class DescentToDeleteVariants(Unlearner):
                 return wb.DISTRIBUTED * (sz.C * (N * Ti * wb.grad_flops(p) * wb.FLOP + iters * wb.STEP + rd(sz.P, 500))
                                          + 3 * rd(N, c) + sz.C * N * wb.grad_flops(p) + wb.release(p) + once)
             mem = wb.F64 * max(sz.C * sz.K * p, min(group * sz.P, N) * (p + 1) * 2, sz.C * sz.B)
+            train_half = train
         else:
             train = eng.T * gd(N) + wb.release(p) + once
+            # a forget retrains only below half the epoch's records (2 n_after < n_epoch <= N: descent_to_delete.py's
+            # forget), on those n_after < N/2: T(N/2) <= T passes over half the records
+            train_half = eng.T * gd(math.ceil(N / 2)) + wb.release(p) + once
 
             def round_cost(i: int) -> float:
                 return eng.update_iterations(i) * gd(N) + wb.release(p) + once
@@ -219,11 +223,15 @@ class DescentToDeleteVariants(Unlearner):
                     mid = (lo + hi + 1) // 2
                     lo, hi = (mid, hi) if eng.update_cost(mid, N) < eng.training_cost(N) else (lo, mid - 1)
                 worst_round = round_cost(lo)
-            forget = max(train, worst_round)
-            learn = train + worst_round
+            # a round whose gradient budget reaches a training's is one (descent_to_delete.py ``_update``): a training
+            # on up to N records whenever some round gets there, else only the forget below n/2 trains
+            replaced = worst_round == 0.0 or lo < ROUNDS_WORST
+            forget = max(train if replaced else train_half, worst_round)
+            adds = worst_round if eng.variant == "distributed" else add_rounds_overhead(eng, p, N, c, lo, in_memory)
+            learn = train + min(worst_round, adds)
         else:
             # a forget below n/2 of the epoch is an exact retrain (Assumption 2.6; descent_to_delete.py)
-            forget = max(round_cost(ROUNDS_WORST), train)
+            forget = max(round_cost(ROUNDS_WORST), train_half)
             learn = max(train, batch * (forget - once) + once)  # the kept records are read once per request
         fields = ("hyperparameters.max_records", "dim", "hyperparameters.iterations", "hyperparameters.chunk_size")
         if eng.variant == "regularized_weak":  # T_i = i^(2 xi) I: xi drives a round's work (saturated, never inf)
@@ -368,3 +376,19 @@ class DescentToDeleteVariants(Unlearner):
         if self.variant == "distributed":
             return probe.sizes.C * probe.sizes.B * probe.T
         return n * probe.T
+
+
+def add_rounds_overhead(eng, p: int, N: int, chunk: int, worst: int, in_memory: bool) -> float:
+    """What a learn's add rounds cost beyond a training's gradients, with retrain_when_cheaper (descent_to_delete.py
+    ``learn``): the k rounds run only while their gradient budgets sum below a training's, sum_j (h + j) I_j <
+    N T, so k (k + 1) / 2 I_1 < N T bounds k (I_j >= I_1: the iterations grow with the round), and beyond its
+    gradients each round costs its passes' calls and steps (at most ``worst``'s iterations, a round replaced by a
+    training running at most as many passes) and a release; records not held in memory are re-read on every pass
+    (its fixed costs: the store's queries and every chunk opened; the bytes are the training's)."""
+    k = math.isqrt(int(2 * N * eng.T // max(1, eng.update_iterations(1)))) + 1
+    passes = eng.update_iterations(worst)
+    calls = math.ceil(N / max(chunk, 1)) * wb.CALL + wb.GD_STEP
+    if not in_memory:
+        calls += wb.STORE + math.ceil(N / wb.chunk_records(p)) * wb.CHUNK_OPEN
+    return k * (passes * calls + wb.release(p))
+

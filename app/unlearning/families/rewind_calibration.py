@@ -272,10 +272,11 @@ class RewindCalibration(Unlearner):
 
     @classmethod
     def cost(cls, spec: ModelSpec, batch: int) -> wb.Cost:
-        """A training (the learn that reaches initial_size, every learn with learn_policy "retrain", a retrain):
-        the pool's ids (reads every kept record), the T x batch_size sampled positions, the sampled rows (at most
-        min(N, T b) records) and T SGD steps on minibatches of b; a forget: the pool and K steps from the secret
-        start (K <= T when chosen by sigma_target).  N = max_records."""
+        """A training (every learn with learn_policy "retrain", a retrain; with "queue" the learn that reaches
+        initial_size, fewer than initial_size records held before it): the pool's ids (reads every kept record), the
+        T x batch_size sampled positions, the sampled rows (at most min(N, T b) records) and T SGD steps on
+        minibatches of b; a forget: the pool and K steps from the secret start (K <= T when chosen by
+        sigma_target).  N = max_records."""
         hp = spec.hyperparameters
         p, N, T, b = spec.n_params, int(hp.get("max_records") or batch), int(hp["T"]), int(hp["batch_size"])
         K = T if hp.get("K") is None else int(hp["K"])
@@ -287,9 +288,14 @@ class RewindCalibration(Unlearner):
 
         n_train = N + batch
         train = run(T, n_train)
+        # learn_policy "queue": only the learn that brings the held records to initial_size trains, and before it
+        # fewer than initial_size were held (rewind.py ``learn``): it reads those from the store, and its batch's rows
+        # are sampled in memory (counted with the steps)
+        learn = train if hp.get("learn_policy") == "retrain" else run(T, min(N, int(hp["initial_size"]) - 1))
         mem = wb.F64 * max(4.0 * T * b, 2.0 * min(n_train, T * b) * (p + 1))
         fields = ("hyperparameters.T", "hyperparameters.batch_size", "hyperparameters.max_records", "dim")
-        return wb.Cost(learn=train, forget=run(K, N), retrain=train, array_bytes=mem, learn_fields=fields,
+        learn_fields = fields if hp.get("learn_policy") == "retrain" else fields[:2] + ("hyperparameters.initial_size", "dim")
+        return wb.Cost(learn=learn, forget=run(K, N), retrain=train, array_bytes=mem, learn_fields=learn_fields,
                        forget_fields=("hyperparameters.K", *fields), memory_fields=fields)
 
     @classmethod

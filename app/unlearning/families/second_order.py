@@ -39,7 +39,7 @@ import numpy as np
 from ..contract.certificate import Certificate
 from ..contract.errors import SpecError
 from ..contract.spec import ModelSpec
-from ..contract.unlearner import RetainedData, Unlearner, ogd_learn_work
+from ..contract.unlearner import RetainedData, Unlearner, ogd_learn_work, ogd_replay_work
 from ..maths import work_budget as wb
 from ..maths.domain import project_l2_ball
 from ..maths.losses import augment
@@ -177,11 +177,12 @@ class SecondOrderOLU(OmegaSeriesCharges, OGDIterate, Unlearner):  # omega series
         passes = K + 2 + cg_iters
         cached = N * p <= CACHE_FLOATS
         reads = (1 if cached else passes) * wb.read(N, p, CHUNK_SIZE)
-        hvp = N * 2.0 * wb.grad_flops(p) * wb.FLOP + math.ceil(N * p / HVP_BLOCK_FLOATS + 1) * wb.CALL
+        # one CG iteration: a Hessian-vector product over HVP_BLOCK_FLOATS blocks (newton_system), its vector updates
+        hvp = wb.hvp_pass(N, p, max(1, HVP_BLOCK_FLOATS // p)) + 10.0 * p * wb.FLOP + wb.GD_STEP
         dense = N * p * p * wb.DENSE_FLOP + 4.0 * (p**3 / 3.0) * wb.DENSE_FLOP + 8.0 * p * p * wb.FLOP
         each = (K * wb.gd_pass(N, p, CHUNK_SIZE) + cg_iters * hvp + dense + wb.release(p)
                 + N * grad_flops_curvature(p) + 10 * wb.STEP)  # + the Newton step's Python (measured, issue 36)
-        replay = wb.read(N, p, CHUNK_SIZE) + wb.ogd_steps(N, p)
+        replay = ogd_replay_work(spec, N, CHUNK_SIZE)  # retrain: ogd_recompute, the compiled loop per chunk
         mem = wb.F64 * max(2.0 * p * p, min(N * (p + 1), CACHE_FLOATS + CHUNK_SIZE * p))
         return wb.Cost(learn=ogd_learn_work(spec, batch), forget=reads + each, forget_each=each, retrain=replay,
                        array_bytes=mem, solve=p,

@@ -37,9 +37,16 @@ PAGE = CHUNK_OPEN   # (kept for callers of the per-record store's page cost: one
 EXACT_STEP = 60.0   # one step of the compiled exact OGD loop (mechanism/exact_ogd.py) besides its 4 p multiply-adds
 FAST_STEP = 600.0   # one step of the compiled passive OGD loop (mechanism/fast.py) besides its 4 p multiply-adds
 PREDICT_OUTPUT = 20.0  # one output of a prediction (exp, normalisation, the argmax or threshold)
-PREDICT_CALL = 80_000.0  # one member's prediction call (its scores, output map and checks, in Python)
+PREDICT_CALL = 150_000.0  # a prediction call (its checks, the scores and output map of each member, in Python): 0.1-0.3 ms measured
 F64 = 8             # bytes per float64
 DISTRIBUTED = 1.7   # descent_to_delete distributed: measured / counted (reservoir updates, slot bookkeeping, selection)
+# one multiply-add of a matrix-vector product (X theta, X^T r) over a matrix of rows held in memory: 0.24-0.41 ns
+# measured while the matrix stays in cache, 0.47 (descent_to_delete's passes over 33 MB) to 0.8 ns streamed from
+# memory on the loaded machine (issue 36 item 3, d = 50..1000)
+GEMV_CACHED, GEMV = 0.6, 0.8
+GEMV_CACHE_BYTES = 16 << 20  # matrices up to this size are counted at GEMV_CACHED (measured: 0.33-0.37 ns up to 25 MB)
+GD_STEP = 15_000.0  # the Python of one full-batch GD step besides its products (the update, the projection)
+ROW = 20.0          # one row's residual or curvature weight (a loss's phi' or phi'': exp/tanh, a few passes)
 
 
 # A derived retained-record cap leaves room for a forget request of this many records (families whose forget work
@@ -104,9 +111,27 @@ def exact_ogd(n: float, p: int) -> float:
     return n * (EXACT_STEP + 4.0 * p * FLOP)
 
 
+def gemv(n: float, p: int) -> float:
+    """One matrix-vector product over n in-memory rows of p floats (cached while the matrix is small)."""
+    rate = GEMV_CACHED if n * p * F64 <= GEMV_CACHE_BYTES else GEMV
+    return n * p * rate
+
+
 def gd_pass(n: float, p: int, chunk: int) -> float:
-    """One full-batch gradient over n in-memory records in chunks of ``chunk`` (one numpy call per chunk)."""
-    return n * grad_flops(p) * FLOP + math.ceil(max(n, 1) / max(chunk, 1)) * CALL + STEP
+    """One full-batch gradient over n in-memory records in chunks of ``chunk`` (losses.grad_sum per chunk: the
+    scores X theta, the residual, X^T r -- two matrix-vector products -- one numpy call each) and the GD step's
+    update and projection.  Measured 0.27-0.41 ns per multiply-add of the two products at d = 75..1000 while
+    cached (issue 36 item 3)."""
+    rows = min(max(n, 1), max(chunk, 1))  # the products run chunk by chunk: the cache holds one chunk
+    return (2.0 * math.ceil(max(n, 1) / rows) * gemv(rows, p) + n * ROW
+            + math.ceil(max(n, 1) / max(chunk, 1)) * CALL + GD_STEP)
+
+
+def hvp_pass(n: float, p: int, block: int) -> float:
+    """One Hessian-vector product over n in-memory records (curvature weights known): X v, the weights, X^T (w s),
+    in blocks of ``block`` rows."""
+    rows = min(max(n, 1), max(block, 1))
+    return 2.0 * math.ceil(max(n, 1) / rows) * gemv(rows, p) + n * ROW + math.ceil(max(n, 1) / rows) * CALL
 
 
 def predict(n: float, p: int, outputs: int, members: int = 1) -> float:
@@ -115,10 +140,18 @@ def predict(n: float, p: int, outputs: int, members: int = 1) -> float:
     return PREDICT_CALL + members * (CALL + n * outputs * (p * FLOP + PREDICT_OUTPUT))
 
 
+def eigh(p: int) -> float:
+    """A symmetric p x p eigendecomposition with eigenvectors (LAPACK syevd through numpy.linalg.eigh) and the solve
+    through its factors: measured 0.11 ms at p = 26, 0.56 ms at 76, 9.2 ms at 301, 31 ms at 501 (one thread; issue
+    36 item 3): per-column and p^2 overheads dominate below p ~ 300, the BLAS-3 reduction above."""
+    return 8000.0 * p + 120.0 * p * p + 0.3 * p**3
+
+
 def restart(p: int, draw: bool = True) -> float:
     """A restart of an online model: its state re-drawn from the noise source (``draw``) or zeroed (p coordinates),
     its clock and ledger reset."""
-    return 6.0 * STEP + 100.0 * p if draw else 3.0 * STEP + 4.0 * p
+    # measured 0.20-0.29 ms (draw), 26-70 us (zeroed) at p = 1 251-5 001, mostly fixed (issue 36 item 3)
+    return 8.0 * STEP + 40.0 * p if draw else 2.0 * STEP + 8.0 * p
 
 
 @dataclass(frozen=True)
