@@ -8,11 +8,12 @@ from starlette.concurrency import run_in_threadpool
 
 from ..ids import id_pattern
 from ..services.idempotency import KEY_PATTERN, MAX_KEY_LENGTH
+from ..services.prediction import NotInline
 from ..unlearning import ALGORITHMS
 from ..schemas import (NO_CONTROL, LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
                            PredictResponse, RetrainResponse, UnlearnRequest, UnlearnResponse)
 from . import idempotent, operations
-from .json_body import json_body, openapi_body
+from .json_body import INLINE_BODY_BYTES, openapi_body
 from .json_body import parse as parse_json_body
 from .learn_body import openapi_request_body, parse_learn_body
 from .deps import AnyKey, Predictor, Writer, get_ctx
@@ -145,9 +146,8 @@ def install_openapi(app) -> None:
 @router.post("/{model_id}/unlearn", response_model=UnlearnResponse,
              responses=responses(401, 403, 404, 409, 413, 422) | operations.ACCEPTED,
              openapi_extra=openapi_body(UnlearnRequest))
-async def unlearn(model_id: ModelId, request: Request, p: Writer,
-                  body: Annotated[UnlearnRequest, Depends(json_body(UnlearnRequest))], idempotency_key: IdemKey = None,
-                  prefer: operations.PreferHeader = None):
+async def unlearn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[bytes, Depends(_raw_body)],
+                  idempotency_key: IdemKey = None, prefer: operations.PreferHeader = None):
     """Forget records by id. Each forgotten record gets a signed certificate receipt; all-or-nothing.
 
     Rules that depend on the model: each id was learned (404 `record-not-found`) and not yet forgotten (409
@@ -166,13 +166,24 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer,
     forgets them in committed batches, after the same checks (`Location: /v1/operations/{id}`; its receipts, one per
     id in order: GET /v1/operations/{id}/receipts)."""
     models = get_ctx(request).models
-    examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
-                if body.examples else None)
-    started = await operations.start_unlearn(request, p.tenant_id, model_id, body, examples)  # 202: long work
-    if started is not None:
-        return started
-    return await _compute(request, p.tenant_id, idempotent.run, request, p.tenant_id, body, UnlearnResponse, 200,
-                          lambda guard: models.forgetting.unlearn(p.tenant_id, model_id, list(body.ids), guard, examples))
+    content_type = request.headers.get("content-type")
+
+    def work(body: UnlearnRequest | None):
+        if body is None:
+            body = parse_json_body(UnlearnRequest, raw, content_type)
+        examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
+                    if body.examples else None)
+        started = operations.start_unlearn(request, p.tenant_id, model_id, body, examples)  # 202: long work
+        if started is not None:
+            return started
+        return idempotent.run(request, p.tenant_id, body, UnlearnResponse, 200, lambda guard: models.forgetting.unlearn(
+            p.tenant_id, model_id, list(body.ids), guard, examples))
+
+    # a body above the inline bound is decoded and validated on the worker thread too, in the tenant's turn
+    # (issue 37, F5-G: a 19 MiB body decoded on the event loop stalled every other tenant); a small one is decoded
+    # here, so that a malformed request is answered without a turn
+    body = None if len(raw) > INLINE_BODY_BYTES else parse_json_body(UnlearnRequest, raw, content_type)
+    return await _compute(request, p.tenant_id, work, body)
 
 
 @router.post("/{model_id}/retrain", response_model=RetrainResponse,
@@ -219,7 +230,10 @@ async def predict(model_id: ModelId, request: Request, p: Predictor, raw: Annota
         return await _compute(request, p.tenant_id, answer, None)
     body = parse_json_body(PredictRequest, raw, content_type)
     if prediction.predict_inline(body.x if body.features is None else [f.root for f in body.features]):
-        return answer(body, inline=True)
+        try:
+            return answer(body, inline=True)
+        except NotInline:  # feature dictionaries whose dense rows (rows x the model's dim) are too large for the loop
+            pass
     return await _compute(request, p.tenant_id, answer, body)
 
 
