@@ -99,7 +99,7 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
     models = get_ctx(request).models
 
     def work():
-        batch = parse_learn_body(raw, request.headers.get("content-type"))
+        batch = _learn_batch(request, raw)
         started = operations.start_learn(request, p.tenant_id, model_id, batch)  # 202: long work (api/operations.py)
         if started is not None:
             return started
@@ -107,6 +107,16 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
             p.tenant_id, model_id, batch.ids, batch.X, batch.y, guard, batch.F))
 
     return await _compute(request, p.tenant_id, work)
+
+
+def _learn_batch(request: Request, raw: bytes):
+    """The learn body decoded: a large one in the decode pool's process (app/api/decode_pool.py), so that its long
+    C calls do not hold this process's GIL; a small one here."""
+    ctx, content_type = get_ctx(request), request.headers.get("content-type")
+    pool = getattr(ctx, "decode_pool", None)
+    if pool is not None and len(raw) > ctx.settings.decode_process_bytes:
+        return pool.learn_body(raw, content_type, fingerprint=idempotent.HEADER in request.headers)
+    return parse_learn_body(raw, content_type)
 
 
 async def _compute(request: Request, tenant_id: str, fn, *args):
