@@ -173,9 +173,10 @@ def featurize(spec: Mapping[str, Any], features: Mapping[str, Any], x_norm: floa
 
 def featurize_many(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], x_norm: float) -> np.ndarray:
     """The (n, dim) matrix of ``rows``, each row exactly ``featurize`` of it; a refusal names the example
-    (``FeatureError.index``) and the field.  Filled in chunks of ``chunk_rows(dim)`` rows (issue 37, F5-F): one
-    bincount per chunk (row-major flat index, so each bucket sums its tokens in the same sorted order whatever the
-    batch or the chunk), clipped in place, so the peak is the output plus one chunk, never a second n x dim copy."""
+    (``FeatureError.index``) and the field.  Filled in chunks of ``chunk_rows(dim)`` rows (issue 37, F5-F): the tokens
+    of each chunk added in place in their (sorted) order from 0.0 (``np.add.at``, unbuffered: the sums bincount
+    made before, bit for bit, whatever the batch or the chunk), then clipped in place, so the peak is the output
+    itself, never a second n x dim copy, and the work is the tokens plus one pass for the norms."""
     D = spec["dim"]
     n = len(rows)
     X = np.zeros((n, D))
@@ -194,9 +195,8 @@ def featurize_many(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], x
             if i > a:
                 off = (i - a) * D
                 idx[start:] = [t + off for t in idx[start:]]
-        if idx:
-            X[a:b] = np.bincount(np.asarray(idx, dtype=np.int64), weights=np.asarray(val, dtype=np.float64),
-                                 minlength=(b - a) * D).reshape(b - a, D)
+        if idx:  # unbuffered, in token order from 0.0: each bucket's sum is bincount's, with no n x dim temporary
+            np.add.at(X[a:b].reshape(-1), np.asarray(idx, dtype=np.int64), np.asarray(val, dtype=np.float64))
             clip_rows(X[a:b], x_norm, out=X[a:b])
     return X
 
