@@ -93,3 +93,46 @@ def test_decode_learn_sends_rows_back_as_arrays():
     batch = _answer(out)
     assert batch.ids == [f"a{i}" for i in range(5)] and batch.F is None
     assert json.loads(batch.model.model_dump_json())["examples"][0]["y"] == 1.0
+
+
+def test_large_predict_evaluate_and_unlearn_bodies_are_decoded_in_the_pool(tenant, server, monkeypatch):
+    import app.api.evaluation as evaluation_routes
+
+    _, c = tenant
+    mid = create_model(c, dim=8)["id"]
+    X = unit_rows(400, 8, seed=3)
+    ex = [{"id": f"q{i}", "x": x, "y": float(i % 2)} for i, x in enumerate(X.tolist())]
+    assert c.post(f"/v1/models/{mid}/learn", json={"examples": ex}).status_code == 200
+    predict = json.dumps({"x": X.tolist()}).encode()
+    evaluate = json.dumps({"x": X.tolist(), "y": [float(i % 2) for i in range(400)]}).encode()
+    forget = json.dumps({"ids": [f"q{i}" for i in range(300)]}, indent=64).encode()
+    assert min(map(len, (predict, evaluate, forget))) > max(16_384, 1024)
+    json_type = {"content-type": "application/json"}
+    here = {"predict": c.post(f"/v1/models/{mid}/predict", content=predict, headers=json_type).json(),
+            "evaluate": c.post(f"/v1/models/{mid}/evaluate", content=evaluate, headers=json_type).json()}
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a large body was decoded in the server's process")
+
+    monkeypatch.setattr(server.app.state.ctx.settings, "decode_process_bytes", 1024)
+    monkeypatch.setattr(model_routes, "parse_json_body", refuse)
+    monkeypatch.setattr(evaluation_routes, "parse_json_body", refuse)
+    assert c.post(f"/v1/models/{mid}/predict", content=predict, headers=json_type).json() == here["predict"]
+    pooled = c.post(f"/v1/models/{mid}/evaluate", content=evaluate, headers=json_type).json()
+    assert {k: v for k, v in pooled.items() if k != "evaluated_at"} == {
+        k: v for k, v in here["evaluate"].items() if k != "evaluated_at"}
+    bad = c.post(f"/v1/models/{mid}/predict", content=json.dumps({"x": [[0.1] * 7] * 800}).encode(),
+                 headers=json_type)
+    assert bad.status_code == 422 and "invalid-dimension" in bad.json()["type"]
+    bad = c.post(f"/v1/models/{mid}/unlearn", content=json.dumps({"ids": [1] * 400}, indent=64).encode(),
+                 headers=json_type)
+    assert bad.status_code == 422 and "string_type" in bad.text
+    headers = {**json_type, "idempotency-key": "pool-forget"}
+    r = c.post(f"/v1/models/{mid}/unlearn", content=forget, headers=headers)
+    assert r.status_code in (200, 202), r.text
+    again = c.post(f"/v1/models/{mid}/unlearn", content=forget, headers=headers)  # the same fingerprint: a replay
+    assert again.status_code == r.status_code and again.json() == r.json()
+    assert again.headers.get("idempotent-replayed") == "true"
+    monkeypatch.undo()  # the same key with the same body decoded in the server's process: the same fingerprint
+    same = c.post(f"/v1/models/{mid}/unlearn", content=forget, headers=headers)
+    assert same.json() == r.json() and same.headers.get("idempotent-replayed") == "true"

@@ -109,12 +109,18 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
     return await _compute(request, p.tenant_id, work)
 
 
-def _learn_batch(request: Request, raw: bytes):
-    """The learn body decoded: a large one in the decode pool's process (app/api/decode_pool.py), so that its long
-    C calls do not hold this process's GIL; a small one here."""
-    ctx, content_type = get_ctx(request), request.headers.get("content-type")
+def decode_pool_for(request: Request, raw: bytes):
+    """The decode pool (app/api/decode_pool.py) when this body is large enough to be decoded there (so that its
+    long C calls do not hold this process's GIL), else None: decoded here."""
+    ctx = get_ctx(request)
     pool = getattr(ctx, "decode_pool", None)
-    if pool is not None and len(raw) > ctx.settings.decode_process_bytes:
+    return pool if pool is not None and len(raw) > ctx.settings.decode_process_bytes else None
+
+
+def _learn_batch(request: Request, raw: bytes):
+    """The learn body decoded, in the decode pool when it is large."""
+    pool, content_type = decode_pool_for(request, raw), request.headers.get("content-type")
+    if pool is not None:
         return pool.learn_body(raw, content_type, fingerprint=idempotent.HEADER in request.headers)
     return parse_learn_body(raw, content_type)
 
@@ -179,10 +185,14 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer, raw: Annotated
     content_type = request.headers.get("content-type")
 
     def work(body: UnlearnRequest | None):
-        if body is None:
-            body = parse_json_body(UnlearnRequest, raw, content_type)
-        examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
-                    if body.examples else None)
+        pool = None if body is not None else decode_pool_for(request, raw)
+        if pool is not None:  # a large body: decoded in the decode pool
+            body, examples = pool.unlearn_body(raw, content_type, fingerprint=idempotent.HEADER in request.headers)
+        else:
+            if body is None:
+                body = parse_json_body(UnlearnRequest, raw, content_type)
+            examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
+                        if body.examples else None)
         started = operations.start_unlearn(request, p.tenant_id, model_id, body, examples)  # 202: long work
         if started is not None:
             return started
@@ -227,11 +237,15 @@ async def predict(model_id: ModelId, request: Request, p: Predictor, raw: Annota
     content_type = request.headers.get("content-type")
 
     def answer(body: PredictRequest | None, inline: bool = False):
-        if body is None:
-            body = parse_json_body(PredictRequest, raw, content_type)
-        features = None if body.features is None else [f.root for f in body.features]
+        pool = None if body is not None else decode_pool_for(request, raw)
+        if pool is not None:  # a large body: decoded in the decode pool
+            x, features, _ = pool.inputs("predict", raw, content_type)
+        else:
+            if body is None:
+                body = parse_json_body(PredictRequest, raw, content_type)
+            x, features = body.x, None if body.features is None else [f.root for f in body.features]
         return idempotent.json_response(PredictResponse, prediction.predict(
-            p.tenant_id, model_id, body.x, inline=inline, features=features))
+            p.tenant_id, model_id, x, inline=inline, features=features))
 
     # Only small predictions are answered on the event loop (no worker-thread hop); a large body is decoded,
     # validated and computed on a worker thread in its tenant's turn, so that one tenant's large predictions do
