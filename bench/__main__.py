@@ -434,6 +434,10 @@ def main(argv=None) -> None:
             cpus = {int(c) for c in a.server_cpus.split(",") if c.strip()} or None
             res["fairness"] = fairness.run(a.quick, cpus)
             print("\n".join(fairness.table(res["fairness"])))
+            from .performance import fairness_shapes  # the request shapes of issue 37 item 1
+
+            res["fairness_shapes"] = fairness_shapes.run(a.quick)
+            print("\n".join(fairness_shapes.table(res["fairness_shapes"])))
         elif name == "models":  # bench/scale/models.py: 10^4 models on one PostgreSQL; a full run rewrites its docs part
             from .scale import models
             res["models"] = models.run(a.quick)

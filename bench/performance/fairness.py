@@ -171,12 +171,10 @@ def _scenario(name: str, env: dict, quick: bool, server_cpus: set[int] | None, c
 def run(quick: bool, server_cpus: set[int] | None = None, client_cpus: set[int] | None = None) -> dict:
     if server_cpus and not client_cpus:
         client_cpus = set(os.sched_getaffinity(0)) - set(server_cpus) or None
-    from . import fairness_shapes  # the request shapes of issue 37 item 1 (its own module)
-
     rows = [_scenario("limits off (before)", LIMITS_OFF, quick, server_cpus, client_cpus),
             _scenario("tenant limits only", NO_SCHEDULER, quick, server_cpus, client_cpus),
             _scenario("defaults (after)", {}, quick, server_cpus, client_cpus)]
-    return {"rows": rows, "shapes": fairness_shapes.run(quick), "server_cpus": sorted(server_cpus) if server_cpus else None, "target_p99_ratio": TARGET,
+    return {"rows": rows, "server_cpus": sorted(server_cpus) if server_cpus else None, "target_p99_ratio": TARGET,
             "flood": f"tenant A: 4 keys, {FLOOD_PROCS} processes x {CONNS_PER_PROC} connections at nice "
                      f"{FLOOD_NICE}, 100-row predicts and 100-example learns, retrying at once; tenant B: 1-row "
                      "predicts, one at a time",
@@ -198,10 +196,6 @@ def table(r: dict) -> list[str]:
             lines.append(f"{'':>20} B answers: {row['b_status']}")
     lines.append(f"target: B's p99 under the flood <= {r['target_p99_ratio']:g}x its p99 alone; load: the 1-minute "
                  f"load average at the end of the row ({r.get('cpus')} CPUs)")
-    if r.get("shapes"):
-        from . import fairness_shapes
-
-        lines += ["", *fairness_shapes.table(r["shapes"])]
     return lines
 
 
