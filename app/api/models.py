@@ -89,7 +89,9 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
     `features-not-declared` / `features-required`), encoded by that spec (422 `unknown-feature`,
     `out-of-range-feature`, `invalid-features`); `y` a label of its loss (422 `invalid-label`: 0/1 for logistic, a
     class index or declared class name for softmax, a class name only for a model that declared class names);
-    at most the deployment's OLU_MAX_BATCH examples and the family's per-request limit (413 `batch-too-large`);
+    at most the deployment's OLU_MAX_BATCH examples and the family's per-request limit (413 `batch-too-large`),
+    and for a model with a feature spec at most as many as fit OLU_MAX_REQUEST_MEMORY once encoded (rows x its
+    hashed dim x 8 bytes; 413 `batch-too-large` with `limit` and `max_rows`);
     within the tenant's quotas of records held and bytes stored (409 `quota-exceeded` naming the `quota`, its
     `limit` and the `usage`; the batch is refused whole).
 
