@@ -148,8 +148,8 @@ def check_budget(cls: type[Unlearner], spec: ModelSpec, budget: Budget) -> Model
             return _located(e)
         return make
 
-    def learn_fits(b: int) -> bool:
-        return _fits(cls, spec, budget, b)
+    def learn_fits(b: int) -> bool:  # the family's own arrays, and the batch's encoded rows (below)
+        return _fits(cls, spec, budget, b) and encoded_rows_fit(spec, b, budget)
 
     hp["max_learn_batch"] = _per_request(hp, "max_learn_batch", learn_fits, min(budget.batch, hp.get("max_learn_batch")
                                          or budget.batch), limit_error("max_learn_batch", "learn request"))
@@ -159,6 +159,15 @@ def check_budget(cls: type[Unlearner], spec: ModelSpec, budget: Budget) -> Model
                                           limit_error("max_forget_batch", "forget request"))
     return spec.with_hyperparameters({k: v for k, v in hp.items() if v is not None or k not in
                                       ("max_learn_batch", "max_forget_batch")})
+
+
+def encoded_rows_fit(spec: ModelSpec, batch: int, budget: Budget) -> bool:
+    """Whether a learn of ``batch`` feature dictionaries fits the memory budget once encoded (issue 37, F5-F): a
+    hashed model's learn hands the engine batch x dim float64 rows however small its body, so its per-request
+    limit ``max_learn_batch`` is filled in to fit them (predict and evaluate encode in chunks and need no limit;
+    dense rows are the body's own, bounded by OLU_MAX_BODY_BYTES)."""
+    features = getattr(spec, "features", None)
+    return features is None or 8.0 * batch * int(features["dim"]) <= budget.memory
 
 
 def _located(err: SpecError, fields: Sequence[str] = ()) -> SpecError:

@@ -85,6 +85,14 @@ class Settings(BaseSettings):
                     "in a process; more wait in per-tenant queues served round robin, so one tenant's queue does not "
                     "delay another's requests (app/api/fairness.py FairScheduler); default: the CPUs the process may "
                     "use, at least 2 (one tenant holds at most all but one); 0: off (no queue, only the thread pool).")
+    decode_process_bytes: int = Field(
+        1 << 20, ge=0,
+        description="Learn bodies larger than this (bytes) are decoded and validated in a separate process (a pool "
+                    "of decode_processes), from the worker thread holding the tenant's turn: decoding a large body "
+                    "is one long C call that holds the GIL, and stalled every other tenant's requests (issue 37, "
+                    "F5-G; app/api/decode_pool.py); 0: always in this process.")
+    decode_processes: int = Field(
+        2, ge=1, le=64, description="Processes of the decode pool (started at the first large body).")
     gil_switch_interval: float = Field(
         0.001, ge=0, le=1, allow_inf_nan=False,
         description="Seconds a thread may hold the GIL while another waits for it (sys.setswitchinterval; Python's "

@@ -354,12 +354,17 @@ def encode(fm: Mapping[str, Any] | None, X: Any) -> Any:
     most ``fm["max_rows"]`` of them (413 batch-too-large through ``FeatureError``, code batch-too-large)."""
     if fm is None:
         return X
-    n = len(X)
-    most = fm.get("max_rows")
+    check_count(fm, len(X))
+    return map_rows(fm, check_rows(fm, X))
+
+
+def check_count(fm: Mapping[str, Any] | None, n: int) -> None:
+    """At most ``fm["max_rows"]`` rows in one request (FeatureError code batch-too-large, answered 413); the caller
+    that encodes a request chunk by chunk checks its whole count first."""
+    most = None if fm is None else fm.get("max_rows")
     if most is not None and n > most:
         raise FeatureError(f"This model maps at most {most} rows per request (its feature map's work budget, "
                            "feature_map.max_rows); send them in several requests.", "x", "batch-too-large", None)
-    return map_rows(fm, check_rows(fm, X))
 
 
 def map_summary(fm: Mapping[str, Any] | None) -> str | None:

@@ -173,27 +173,47 @@ def featurize(spec: Mapping[str, Any], features: Mapping[str, Any], x_norm: floa
 
 def featurize_many(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], x_norm: float) -> np.ndarray:
     """The (n, dim) matrix of ``rows``, each row exactly ``featurize`` of it; a refusal names the example
-    (``FeatureError.index``) and the field.  One bincount over all rows (row-major flat index), so each bucket
-    sums its tokens in the same (sorted) order whatever the batch."""
+    (``FeatureError.index``) and the field.  Filled in chunks of ``chunk_rows(dim)`` rows (issue 37, F5-F): the tokens
+    of each chunk added in place in their (sorted) order from 0.0 (``np.add.at``, unbuffered: the sums bincount
+    made before, bit for bit, whatever the batch or the chunk), then clipped in place, so the peak is the output
+    itself, never a second n x dim copy, and the work is the tokens plus one pass for the norms."""
     D = spec["dim"]
-    idx: list[int] = []
-    val: list[float] = []
-    for i, row in enumerate(rows):
-        start = len(idx)
-        try:
-            _tokens(spec, row, idx, val)
-        except FeatureError as e:
-            e.index = i
-            raise
-        if i:
-            off = i * D
-            idx[start:] = [b + off for b in idx[start:]]
     n = len(rows)
-    if not idx:
-        return np.zeros((n, D))
-    X = np.bincount(np.asarray(idx, dtype=np.int64), weights=np.asarray(val, dtype=np.float64),
-                    minlength=n * D).reshape(n, D)
-    return clip_rows(X, x_norm)
+    X = np.zeros((n, D))
+    step = chunk_rows(D)
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        idx: list[int] = []
+        val: list[float] = []
+        for i in range(a, b):
+            start = len(idx)
+            try:
+                _tokens(spec, rows[i], idx, val)
+            except FeatureError as e:
+                e.index = i
+                raise
+            if i > a:
+                off = (i - a) * D
+                idx[start:] = [t + off for t in idx[start:]]
+        if idx:  # unbuffered, in token order from 0.0: each bucket's sum is bincount's, with no n x dim temporary
+            np.add.at(X[a:b].reshape(-1), np.asarray(idx, dtype=np.int64), np.asarray(val, dtype=np.float64))
+            clip_rows(X[a:b], x_norm, out=X[a:b])
+    return X
+
+
+CHUNK_BYTES = 8 << 20  # one chunk of dense rows (8 MiB) while a request is encoded and scored chunk by chunk
+
+
+def chunk_rows(width: int) -> int:
+    """Rows of ``width`` float64 values per chunk: at most CHUNK_BYTES, at least one row."""
+    return max(1, CHUNK_BYTES // (8 * max(1, int(width))))
+
+
+def dense_width(spec: Any) -> int:
+    """The width of the dense rows a request of a model becomes before the engine sees them: the hashed
+    dimension of its feature spec, else its (raw) dimension."""
+    features = getattr(spec, "features", None)
+    return int(features["dim"]) if features else int(spec.dim)
 
 
 def clip_norm(x: np.ndarray, x_norm: float) -> np.ndarray:
@@ -201,12 +221,13 @@ def clip_norm(x: np.ndarray, x_norm: float) -> np.ndarray:
     return clip_rows(x[None, :], x_norm)[0]
 
 
-def clip_rows(X: np.ndarray, x_norm: float) -> np.ndarray:
-    """Each row of ``X`` scaled down onto the L2 ball of radius ``x_norm`` (rows inside it unchanged)."""
+def clip_rows(X: np.ndarray, x_norm: float, out: np.ndarray | None = None) -> np.ndarray:
+    """Each row of ``X`` scaled down onto the L2 ball of radius ``x_norm`` (rows inside it unchanged); in place
+    when ``out`` is ``X`` itself."""
     norms = np.sqrt(np.einsum("ij,ij->i", X, X))
     over = norms > x_norm
     if over.any():
-        X = X.copy()
+        X = X.copy() if out is None else out
         X[over] *= (x_norm / norms[over])[:, None]
         norms2 = np.sqrt(np.einsum("ij,ij->i", X, X))
         again = norms2 > x_norm  # rounding: one ulp-scale step further in

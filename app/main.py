@@ -14,6 +14,7 @@ from .api.clientaddr import ClientAddress, ClientResolver
 from .api.limits import BodySizeLimit
 from .api.media_type import RequireMediaType
 from .api.query import known_query_parameters
+from .api.decode_pool import DecodePool
 from .api.fairness import FairScheduler, TenantLimiter, compute_slots
 from .api.operation_turns import turns_of
 from .api.ratelimit import AuthFailureThrottle, RateLimit
@@ -52,6 +53,7 @@ class Context:
     operations: OperationStore | None = None  # long work as operations (services/operations.py)
     operation_starts: OperationStarts | None = None
     operation_runner: OperationRunner | None = None
+    decode_pool: DecodePool | None = None  # large learn bodies decoded in another process (api/decode_pool.py)
 
     def readiness(self) -> dict[str, str]:
         checks = {}
@@ -176,6 +178,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     slots = compute_slots(settings.compute_slots)
     if slots:
         ctx.scheduler = FairScheduler(slots)
+    if settings.decode_process_bytes:
+        ctx.decode_pool = DecodePool(settings.decode_processes)
     ctx.operations = OperationStore(db, cipher, settings)
     ctx.operation_starts = OperationStarts(ctx.models.core, ctx.operations)
     ctx.operation_runner = OperationRunner(ctx.operations, ctx.models.core, settings, turns_of(ctx.scheduler))
@@ -186,6 +190,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         await ctx.operation_runner.stop()  # the running ones are given back (queued again)
         ctx.models.gates.shutdown()  # abandoned computations (request deadline) are not waited for
+        if ctx.decode_pool is not None:
+            ctx.decode_pool.shutdown()
         db.dispose()
 
     app = _Service(

@@ -23,7 +23,9 @@ scale (aggregate learn events/s and predict requests/s for 1, 2, 4, 8 replicas o
 generators pinned to separate cores; bench/scale/scale.py), fairness (one tenant floods predicts and learns from 4 keys and
 4 processes at nice 19 while another measures its predict p50/p99, alone and under the flood in alternate windows,
 with everything off, the tenant limits without the compute scheduler, and the defaults; target: p99 under the flood
-within 2x of p99 alone; ``--server-cpus 0,1`` pins the server to 2 cores; bench/performance/fairness.py), coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/performance/coldstart.py),
+within 2x of p99 alone; ``--server-cpus 0,1`` pins the server to 2 cores; bench/performance/fairness.py; then the
+request shapes of issue 37: one tenant sends hashed dim-1e5 predicts and learns or 19 MiB learn bodies in JSON, columnar
+JSON and msgpack, one at a time, while the other's p99 is measured the same way; bench/performance/fairness_shapes.py), coldstart (first-request latency of a service started on an empty numba cache vs a warm one; bench/performance/coldstart.py),
 scale_accuracy (held-out accuracy and cost per forget on a 1e5-record stream at deletion rates 1e-4, 1e-3, 1e-2,
 every family beside the exact retrain, and membership inference on the forgotten records; a full run rewrites
 the generated "Accuracy at scale" and "Membership inference after forgetting" parts of docs/accuracy.md and
@@ -432,6 +434,10 @@ def main(argv=None) -> None:
             cpus = {int(c) for c in a.server_cpus.split(",") if c.strip()} or None
             res["fairness"] = fairness.run(a.quick, cpus)
             print("\n".join(fairness.table(res["fairness"])))
+            from .performance import fairness_shapes  # the request shapes of issue 37 item 1
+
+            res["fairness_shapes"] = fairness_shapes.run(a.quick)
+            print("\n".join(fairness_shapes.table(res["fairness_shapes"])))
         elif name == "models":  # bench/scale/models.py: 10^4 models on one PostgreSQL; a full run rewrites its docs part
             from .scale import models
             res["models"] = models.run(a.quick)

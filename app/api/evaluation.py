@@ -9,7 +9,7 @@ from ..schemas.evaluation import EvaluateRequest, Evaluation, LastEvaluation
 from .deps import AnyKey, Predictor, get_ctx
 from .json_body import openapi_body
 from .json_body import parse as parse_json_body
-from .models import ModelId, _compute, _raw_body
+from .models import ModelId, _compute, _raw_body, decode_pool_for
 from .problems import responses
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
@@ -34,9 +34,13 @@ async def evaluate(model_id: ModelId, request: Request, p: Predictor, raw: Annot
     content_type = request.headers.get("content-type")
 
     def work():
-        body = parse_json_body(EvaluateRequest, raw, content_type)
-        features = None if body.features is None else [f.root for f in body.features]
-        return evaluation.evaluate(p.tenant_id, model_id, body.x, features, list(body.y))
+        pool = decode_pool_for(request, raw)
+        if pool is not None:  # a large body: decoded in the decode pool (app/api/decode_pool.py)
+            x, features, y = pool.inputs("evaluate", raw, content_type)
+        else:
+            body = parse_json_body(EvaluateRequest, raw, content_type)
+            x, features, y = body.x, None if body.features is None else [f.root for f in body.features], list(body.y)
+        return evaluation.evaluate(p.tenant_id, model_id, x, features, y)
 
     return await _compute(request, p.tenant_id, work)
 

@@ -17,6 +17,9 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
 
+INLINE_BODY_BYTES = 16_384  # larger bodies are decoded on a worker thread in the tenant's turn (issue 37, F5-G)
+
+
 def _is_json(content_type: str | None) -> bool:
     if not content_type:
         return False

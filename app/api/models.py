@@ -8,11 +8,12 @@ from starlette.concurrency import run_in_threadpool
 
 from ..ids import id_pattern
 from ..services.idempotency import KEY_PATTERN, MAX_KEY_LENGTH
+from ..services.prediction import NotInline
 from ..unlearning import ALGORITHMS
 from ..schemas import (NO_CONTROL, LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
                            PredictResponse, RetrainResponse, UnlearnRequest, UnlearnResponse)
 from . import idempotent, operations
-from .json_body import json_body, openapi_body
+from .json_body import INLINE_BODY_BYTES, openapi_body
 from .json_body import parse as parse_json_body
 from .learn_body import openapi_request_body, parse_learn_body
 from .deps import AnyKey, Predictor, Writer, get_ctx
@@ -88,7 +89,9 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
     `features-not-declared` / `features-required`), encoded by that spec (422 `unknown-feature`,
     `out-of-range-feature`, `invalid-features`); `y` a label of its loss (422 `invalid-label`: 0/1 for logistic, a
     class index or declared class name for softmax, a class name only for a model that declared class names);
-    at most the deployment's OLU_MAX_BATCH examples and the family's per-request limit (413 `batch-too-large`);
+    at most the deployment's OLU_MAX_BATCH examples and the family's per-request limit (413 `batch-too-large`),
+    and for a model with a feature spec at most as many as fit OLU_MAX_REQUEST_MEMORY once encoded (rows x its
+    hashed dim x 8 bytes; 413 `batch-too-large` with `limit` and `max_rows`);
     within the tenant's quotas of records held and bytes stored (409 `quota-exceeded` naming the `quota`, its
     `limit` and the `usage`; the batch is refused whole).
 
@@ -98,7 +101,7 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
     models = get_ctx(request).models
 
     def work():
-        batch = parse_learn_body(raw, request.headers.get("content-type"))
+        batch = _learn_batch(request, raw)
         started = operations.start_learn(request, p.tenant_id, model_id, batch)  # 202: long work (api/operations.py)
         if started is not None:
             return started
@@ -106,6 +109,22 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
             p.tenant_id, model_id, batch.ids, batch.X, batch.y, guard, batch.F))
 
     return await _compute(request, p.tenant_id, work)
+
+
+def decode_pool_for(request: Request, raw: bytes):
+    """The decode pool (app/api/decode_pool.py) when this body is large enough to be decoded there (so that its
+    long C calls do not hold this process's GIL), else None: decoded here."""
+    ctx = get_ctx(request)
+    pool = getattr(ctx, "decode_pool", None)
+    return pool if pool is not None and len(raw) > ctx.settings.decode_process_bytes else None
+
+
+def _learn_batch(request: Request, raw: bytes):
+    """The learn body decoded, in the decode pool when it is large."""
+    pool, content_type = decode_pool_for(request, raw), request.headers.get("content-type")
+    if pool is not None:
+        return pool.learn_body(raw, content_type, fingerprint=idempotent.HEADER in request.headers)
+    return parse_learn_body(raw, content_type)
 
 
 async def _compute(request: Request, tenant_id: str, fn, *args):
@@ -145,9 +164,8 @@ def install_openapi(app) -> None:
 @router.post("/{model_id}/unlearn", response_model=UnlearnResponse,
              responses=responses(401, 403, 404, 409, 413, 422) | operations.ACCEPTED,
              openapi_extra=openapi_body(UnlearnRequest))
-async def unlearn(model_id: ModelId, request: Request, p: Writer,
-                  body: Annotated[UnlearnRequest, Depends(json_body(UnlearnRequest))], idempotency_key: IdemKey = None,
-                  prefer: operations.PreferHeader = None):
+async def unlearn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[bytes, Depends(_raw_body)],
+                  idempotency_key: IdemKey = None, prefer: operations.PreferHeader = None):
     """Forget records by id. Each forgotten record gets a signed certificate receipt; all-or-nothing.
 
     Rules that depend on the model: each id was learned (404 `record-not-found`) and not yet forgotten (409
@@ -166,13 +184,28 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer,
     forgets them in committed batches, after the same checks (`Location: /v1/operations/{id}`; its receipts, one per
     id in order: GET /v1/operations/{id}/receipts)."""
     models = get_ctx(request).models
-    examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
-                if body.examples else None)
-    started = await operations.start_unlearn(request, p.tenant_id, model_id, body, examples)  # 202: long work
-    if started is not None:
-        return started
-    return await _compute(request, p.tenant_id, idempotent.run, request, p.tenant_id, body, UnlearnResponse, 200,
-                          lambda guard: models.forgetting.unlearn(p.tenant_id, model_id, list(body.ids), guard, examples))
+    content_type = request.headers.get("content-type")
+
+    def work(body: UnlearnRequest | None):
+        pool = None if body is not None else decode_pool_for(request, raw)
+        if pool is not None:  # a large body: decoded in the decode pool
+            body, examples = pool.unlearn_body(raw, content_type, fingerprint=idempotent.HEADER in request.headers)
+        else:
+            if body is None:
+                body = parse_json_body(UnlearnRequest, raw, content_type)
+            examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
+                        if body.examples else None)
+        started = operations.start_unlearn(request, p.tenant_id, model_id, body, examples)  # 202: long work
+        if started is not None:
+            return started
+        return idempotent.run(request, p.tenant_id, body, UnlearnResponse, 200, lambda guard: models.forgetting.unlearn(
+            p.tenant_id, model_id, list(body.ids), guard, examples))
+
+    # a body above the inline bound is decoded and validated on the worker thread too, in the tenant's turn
+    # (issue 37, F5-G: a 19 MiB body decoded on the event loop stalled every other tenant); a small one is decoded
+    # here, so that a malformed request is answered without a turn
+    body = None if len(raw) > INLINE_BODY_BYTES else parse_json_body(UnlearnRequest, raw, content_type)
+    return await _compute(request, p.tenant_id, work, body)
 
 
 @router.post("/{model_id}/retrain", response_model=RetrainResponse,
@@ -206,11 +239,15 @@ async def predict(model_id: ModelId, request: Request, p: Predictor, raw: Annota
     content_type = request.headers.get("content-type")
 
     def answer(body: PredictRequest | None, inline: bool = False):
-        if body is None:
-            body = parse_json_body(PredictRequest, raw, content_type)
-        features = None if body.features is None else [f.root for f in body.features]
+        pool = None if body is not None else decode_pool_for(request, raw)
+        if pool is not None:  # a large body: decoded in the decode pool
+            x, features, _ = pool.inputs("predict", raw, content_type)
+        else:
+            if body is None:
+                body = parse_json_body(PredictRequest, raw, content_type)
+            x, features = body.x, None if body.features is None else [f.root for f in body.features]
         return idempotent.json_response(PredictResponse, prediction.predict(
-            p.tenant_id, model_id, body.x, inline=inline, features=features))
+            p.tenant_id, model_id, x, inline=inline, features=features))
 
     # Only small predictions are answered on the event loop (no worker-thread hop); a large body is decoded,
     # validated and computed on a worker thread in its tenant's turn, so that one tenant's large predictions do
@@ -219,7 +256,10 @@ async def predict(model_id: ModelId, request: Request, p: Predictor, raw: Annota
         return await _compute(request, p.tenant_id, answer, None)
     body = parse_json_body(PredictRequest, raw, content_type)
     if prediction.predict_inline(body.x if body.features is None else [f.root for f in body.features]):
-        return answer(body, inline=True)
+        try:
+            return answer(body, inline=True)
+        except NotInline:  # feature dictionaries whose dense rows (rows x the model's dim) are too large for the loop
+            pass
     return await _compute(request, p.tenant_id, answer, body)
 
 

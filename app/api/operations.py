@@ -81,24 +81,17 @@ def start_learn(request: Request, tenant_id: str, model_id: str, batch) -> Respo
         tenant_id, model_id, batch.ids, batch.X, batch.y, batch.F, guard)), asked)
 
 
-async def start_unlearn(request: Request, tenant_id: str, model_id: str, body, examples) -> Response | None:
-    """An unlearn over the model's max_forget_batch (or asked) as an operation, else None."""
+def start_unlearn(request: Request, tenant_id: str, model_id: str, body, examples) -> Response | None:
+    """An unlearn over the model's max_forget_batch (or asked) as an operation, else None.  Blocking: the caller
+    runs it on a worker thread in the tenant's turn of the fair scheduler, with the rest of the request."""
     ctx, asked = get_ctx(request), prefers_async(request)
     starts = ctx.operation_starts
     if not asked and len(body.ids) <= 1:  # every model forgets one record per request
         return None
-
-    def start() -> Response | None:
-        if not asked and not starts.unlearn_is_long(tenant_id, model_id, len(body.ids)):
-            return None
-        return _accepted(idempotent.run(request, tenant_id, body, Operation, 202, lambda guard: starts.unlearn(
-            tenant_id, model_id, list(body.ids), examples, guard)), asked)
-
-    scheduler = getattr(ctx, "scheduler", None)
-    if scheduler is None:
-        return await run_in_threadpool(start)
-    async with scheduler.slot(tenant_id):
-        return await run_in_threadpool(start)
+    if not asked and not starts.unlearn_is_long(tenant_id, model_id, len(body.ids)):
+        return None
+    return _accepted(idempotent.run(request, tenant_id, body, Operation, 202, lambda guard: starts.unlearn(
+        tenant_id, model_id, list(body.ids), examples, guard)), asked)
 
 
 async def _reader_of_receipts(request: Request) -> Principal:

@@ -23,6 +23,7 @@ from .dropped import count_dropped
 from .idempotency import erase_learned
 from .receipts import is_restart
 from .records import example_mac
+from .request_memory import check_encoded_rows
 from .model_core import (UseCase, _INSERT_FORGOTTEN, _ModelRow, _Rec, _forgotten, class_indices, feature_problem, numeric_guard)
 
 
@@ -77,7 +78,7 @@ class Forgetting(UseCase):
                     raise Problem(422, "examples-not-accepted", "This model keeps its data: send only the ids.")
                 store = self._reader(work, row, engine)
             elif engine.needs_deletion_features:
-                store = self._client_examples(row, key, ids, records, examples)
+                store = self._client_examples(row, key, ids, records, examples, self.settings.max_request_memory)
             else:
                 store = None
 
@@ -154,8 +155,10 @@ class Forgetting(UseCase):
         return result
 
     @staticmethod
-    def _client_examples(row: _ModelRow, key: bytes, ids: list[str], records: list[_Rec], examples) -> ArrayRetained:
-        """The features a client sent to forget records of a model that keeps no data, checked against their MAC."""
+    def _client_examples(row: _ModelRow, key: bytes, ids: list[str], records: list[_Rec], examples,
+                         memory: int | None = None) -> ArrayRetained:
+        """The features a client sent to forget records of a model that keeps no data, checked against their MAC;
+        ``memory``: OLU_MAX_REQUEST_MEMORY, which their encoded rows must fit."""
         # (id, x, y) or (id, x, y, features): x None when the example was sent as a feature dictionary
         by_id = {rid: (x, yv, f[0] if f else None) for rid, x, yv, *f in (examples or [])}
         missing = [rid for rid in ids if rid not in by_id]
@@ -167,6 +170,8 @@ class Forgetting(UseCase):
         X = [by_id[rid][0] for rid in ids]
         F = [by_id[rid][2] for rid in ids]
         if spec.features is not None or spec.feature_map is not None or any(f is not None for f in F):
+            if memory is not None:
+                check_encoded_rows(spec, len(ids), memory)
             order = {e[0]: i for i, e in enumerate(examples)}
             try:  # the same encoding as at learn: the check codes below compare what the model summed
                 X = map_encode(spec.feature_map, dense_rows(spec.features, spec.x_norm, X, F))

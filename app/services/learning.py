@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import insert
 
+from .request_memory import check_encoded_rows
 from ..db.tables import LedgerEntry
 from ..errors import Problem
 from ..ids import utcnow
@@ -122,6 +123,7 @@ class Learning(UseCase):
     def _learn_rows(self, spec, X: Any, y: Any, F: list | None) -> tuple[Any, Any]:
         """The examples of a learn as the engine takes them, checked against the model's spec (422 otherwise)."""
         if spec.features is not None or spec.feature_map is not None or F is not None:
+            check_encoded_rows(spec, len(y), self.settings.max_request_memory)  # before any row is encoded
             X = self._encode(spec, X, F)
         if isinstance(X, np.ndarray) and X.ndim == 2:  # columnar bodies arrive as one array
             bad = None if X.shape[1] == spec.dim else 0

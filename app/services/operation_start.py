@@ -114,9 +114,12 @@ class OperationStarts(UseCase):
             raise Problem(422, "validation-error", "Each record id may appear only once in an unlearn request.")
         with self.db.read() as s:
             row = self._model_row(s, tenant_id, model_id)
-            engine = self._checkout(s, row)
-            if row.status == "retrain_required" and engine.supports_retrain:
-                raise spent_problem("retrain-required", model_id, engine, "The model can certify no further deletion")
+            engine = None
+            if row.status == "retrain_required":
+                engine = self._checkout(s, row)
+                if engine.supports_retrain:
+                    raise spent_problem("retrain-required", model_id, engine,
+                                        "The model can certify no further deletion")
             key = self._record_key(s, tenant_id)
             digests = commitment_digests(key, ids)
             learned, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
@@ -129,6 +132,9 @@ class OperationStarts(UseCase):
             if gone is not None:
                 raise Problem(409, "record-already-forgotten", f"Record {ids[gone]!r} was already forgotten.",
                               receipt_id=forgotten[commits[gone]])
+            # only now the engine (a checkout may replay the model's state log): a 404 or 409 above costs the
+            # lookups of the ids, never a replay (issue 37, F5-G)
+            engine = self._checkout(s, row) if engine is None else engine
         kept = None
         if engine.needs_retained_data:
             if examples:
@@ -137,7 +143,7 @@ class OperationStarts(UseCase):
             records = [_Rec(c, 0, learned[i].step, None if learned[i].example_mac is None else
                             learned[i].example_mac.hex(), learned[i].learned_at, learned[i])
                        for i, c in enumerate(commits)]
-            Forgetting._client_examples(row, key, ids, records, examples)  # the same checks as the request's
+            Forgetting._client_examples(row, key, ids, records, examples, self.settings.max_request_memory)  # the same checks as the request's
             by_id = {e[0]: [e[1], e[2], e[3] if len(e) > 3 else None] for e in examples or ()}
             kept = [by_id[rid] for rid in ids]
         batch = int(engine.spec.hyperparameters.get("max_forget_batch") or self.settings.max_batch)

@@ -10,9 +10,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import Problem
+from ..feature_map import check_count, encode as map_encode
+from ..features import FeatureError, chunk_rows, dense_rows, dense_width
 from ..registry import (loss_for, published_array, spec_from_json)
 from ..unlearning import InputError, engine_class
-from .model_core import (UseCase, _PREDICT_COLUMNS)
+from .model_core import (UseCase, _PREDICT_COLUMNS, feature_problem)
+
+
+class NotInline(Exception):
+    """Raised by ``Prediction.predict(inline=True)`` before any encoding when the request's real size (rows x the
+    model's dense width) is above what the event loop answers itself: the caller runs it on a worker instead."""
 
 
 class Prediction(UseCase):
@@ -57,22 +64,55 @@ class Prediction(UseCase):
         dim = spec.dim
         if gate is not None:
             raise Problem(409, "inference-not-ready", gate)
-        if spec.features is not None or spec.feature_map is not None or features is not None:
-            X = self._encode(spec, X, features, examples=False)
-        if any(len(row) != dim for row in X):  # ragged rows would make numpy raise (was a 500)
-            raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
-        Xa = np.asarray(X, dtype=np.float64)
-        if Xa.ndim != 2 or Xa.shape[1] != dim:
-            raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
-        try:  # the family's own reading of its published parameters (one model, or an ensemble's mean)
-            pred, out = family.predict_published(spec, loss, theta, Xa)
-        except InputError as e:  # scores that would not serialise as JSON (was a 500)
-            raise Problem(422, e.code, str(e)) from None
+        encoded = spec.features is not None or spec.feature_map is not None or features is not None
+        n = len(X) if X is not None else len(features or ())
+        if inline and encoded and n * dense_width(spec) > self.INLINE_PREDICT_VALUES:
+            raise NotInline  # its real size (rows x the hashed dim) is not the loop's: the route moves it to a worker
+        # encoded and scored in chunks of at most CHUNK_BYTES of dense rows (issue 37, F5-F): a hashed row is
+        # dim values once encoded, so 1 000 dictionaries of a few bytes each at dim 10^5 would be 800 MB at once
+        try:
+            check_count(spec.feature_map, n)  # the whole request's rows, before its chunks
+        except FeatureError as e:
+            raise feature_problem(e, examples=False) from None
+        step = chunk_rows(max(dense_width(spec), dim))
+        preds, outs = [], []
+        for a in range(0, n, step):
+            Xa = self._rows(spec, None if X is None else X[a : a + step],
+                            None if features is None else features[a : a + step], encoded, a)
+            try:  # the family's own reading of its published parameters (one model, or an ensemble's mean)
+                pred, out = family.predict_published(spec, loss, theta, Xa)
+            except InputError as e:  # scores that would not serialise as JSON (was a 500)
+                raise Problem(422, e.code, str(e)) from None
+            preds.append(pred)
+            outs.append(out)
+            del Xa
+        if not preds:  # no input at all: scored as one empty chunk, as before
+            pred, out = family.predict_published(spec, loss, theta, self._rows(spec, X, features, encoded, 0))
+        else:
+            pred, out = (preds[0], outs[0]) if len(preds) == 1 else (np.concatenate(preds), np.concatenate(outs))
         if out.ndim == 2:  # softmax: K probabilities per input (losses.py)
             return self._predict_classes(pred, out, spec.classes, version)
         # labels (logistic 0/1) are integers, as the model learned them; values (squared, huber) are numbers
         labels = pred.astype(np.int64).tolist() if loss.predicts_labels else pred.tolist()
         return {"predictions": labels, "scores": out.tolist(), "version": version}
+
+    def _rows(self, spec, X: list | None, features: list | None, encoded: bool, offset: int) -> np.ndarray:
+        """One chunk of a request's inputs as the (rows, dim) float64 array the family scores; a refusal names the
+        input by its place in the whole request (``offset`` + its place in the chunk)."""
+        dim = spec.dim
+        if encoded:
+            try:
+                X = map_encode(spec.feature_map, dense_rows(spec.features, spec.x_norm, X, features))
+            except FeatureError as e:
+                if e.index is not None:
+                    e.index += offset
+                raise feature_problem(e, examples=False) from None
+        if any(len(row) != dim for row in X):  # ragged rows would make numpy raise (was a 500)
+            raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
+        Xa = np.asarray(X, dtype=np.float64)
+        if Xa.ndim != 2 or Xa.shape[1] != dim:
+            raise Problem(422, "invalid-dimension", f"Each feature vector must have {dim} values.")
+        return Xa
 
     @staticmethod
     def _predict_classes(pred, probs, names, version: int) -> dict[str, Any]:

@@ -1,0 +1,138 @@
+"""Large learn bodies are decoded in the decode pool's process (issue 37, F5-G; app/api/decode_pool.py), with the
+same answers as when decoded in the server's own process: the same learn, the same refusals, the same
+idempotency fingerprint (a retry replays)."""
+from __future__ import annotations
+
+import json
+
+import msgpack
+import numpy as np
+import pytest
+
+import app.api.models as model_routes
+from app.api.decode_pool import _answer, decode_learn
+
+from .helpers import create_model, unit_rows
+
+
+def _bodies(n: int, d: int, prefix: str) -> dict[str, tuple[bytes, str]]:
+    X = unit_rows(n, d, seed=len(prefix))
+    ids = [f"{prefix}{i}" for i in range(n)]
+    y = [float(i % 2) for i in range(n)]
+    return {
+        "examples": (json.dumps({"examples": [{"id": f"e-{i}", "x": x, "y": v} for i, x, v in
+                                              zip(ids, X.tolist(), y)]}).encode(), "application/json"),
+        "columnar": (json.dumps({"ids": [f"c-{i}" for i in ids], "x": X.tolist(), "y": y}).encode(),
+                     "application/json"),
+        "msgpack": (msgpack.packb({"ids": [f"m-{i}" for i in ids], "x": X.astype("<f8").tobytes(),
+                                   "y": np.asarray(y).astype("<f8").tobytes()}), "application/msgpack"),
+    }
+
+
+@pytest.fixture
+def pool_only(server, monkeypatch):
+    """Every learn body above 1 KiB goes to the pool; decoding one in the server's process fails the test."""
+    ctx = server.app.state.ctx
+    assert ctx.decode_pool is not None
+    monkeypatch.setattr(ctx.settings, "decode_process_bytes", 1024)
+
+    def here(*_a, **_k):
+        raise AssertionError("a large body was decoded in the server's process")
+
+    monkeypatch.setattr(model_routes, "parse_learn_body", here)
+    return ctx
+
+
+def test_large_learn_bodies_are_decoded_in_the_pool(tenant, pool_only):
+    _, c = tenant
+    mid = create_model(c, dim=8)["id"]
+    step = 0
+    for shape, (raw, ctype) in _bodies(40, 8, "p").items():
+        assert len(raw) > 1024
+        headers = {"content-type": ctype, "idempotency-key": f"k-{shape}"}
+        r = c.post(f"/v1/models/{mid}/learn", content=raw, headers=headers)
+        assert r.status_code == 200, (shape, r.text)
+        assert r.json()["accepted"] == 40 and r.json()["first_step"] == step + 1
+        step = r.json()["last_step"]
+        again = c.post(f"/v1/models/{mid}/learn", content=raw, headers=headers)  # same fingerprint: a replay
+        assert again.json() == r.json() and again.headers.get("idempotent-replayed") == "true", shape
+    assert c.get(f"/v1/models/{mid}").json()["n_records"] == 120
+    assert pool_only.decode_pool._pool is not None
+
+
+def test_refusals_from_the_pool_are_the_in_process_ones(tenant, server, pool_only, monkeypatch):
+    _, c = tenant
+    mid = create_model(c, dim=8)["id"]
+    X = unit_rows(60, 8).tolist()
+    bad = {
+        "not json": b'{"ids": ["a"], "x": [[0.1, ' + b" " * 2048,
+        "a string among numbers": json.dumps({"ids": [f"s{i}" for i in range(60)], "x": [["a"] + r[1:] for r in X],
+                                              "y": [0.0] * 60}).encode(),
+        "ragged rows": json.dumps({"ids": [f"r{i}" for i in range(60)], "x": [r[: 1 + i % 8] for i, r in
+                                                                             enumerate(X)], "y": [0.0] * 60}).encode(),
+        "example without y": json.dumps({"examples": [{"id": f"y{i}", "x": r} for i, r in enumerate(X)]}).encode(),
+    }
+    answers = {}
+    for name, raw in bad.items():
+        assert len(raw) > 1024
+        r = c.post(f"/v1/models/{mid}/learn", content=raw, headers={"content-type": "application/json"})
+        assert r.status_code in (400, 413, 422), (name, r.text)
+        answers[name] = (r.status_code, r.json())
+    monkeypatch.undo()  # the same bodies decoded in the server's process
+    for name, raw in bad.items():
+        r = c.post(f"/v1/models/{mid}/learn", content=raw, headers={"content-type": "application/json"})
+        assert (r.status_code, r.json()) == answers[name], name
+    assert c.get(f"/v1/models/{mid}").json()["n_records"] == 0
+
+
+def test_decode_learn_sends_rows_back_as_arrays():
+    X = unit_rows(5, 3)
+    raw = json.dumps({"examples": [{"id": f"a{i}", "x": x, "y": 1} for i, x in enumerate(X.tolist())]}).encode()
+    out = decode_learn(raw, "application/json", fingerprint=True)
+    assert out[0] == "examples" and isinstance(out[2], np.ndarray) and np.array_equal(out[2], X)
+    batch = _answer(out)
+    assert batch.ids == [f"a{i}" for i in range(5)] and batch.F is None
+    assert json.loads(batch.model.model_dump_json())["examples"][0]["y"] == 1.0
+
+
+def test_large_predict_evaluate_and_unlearn_bodies_are_decoded_in_the_pool(tenant, server, monkeypatch):
+    import app.api.evaluation as evaluation_routes
+
+    _, c = tenant
+    mid = create_model(c, dim=8)["id"]
+    X = unit_rows(400, 8, seed=3)
+    ex = [{"id": f"q{i}", "x": x, "y": float(i % 2)} for i, x in enumerate(X.tolist())]
+    assert c.post(f"/v1/models/{mid}/learn", json={"examples": ex}).status_code == 200
+    predict = json.dumps({"x": X.tolist()}).encode()
+    evaluate = json.dumps({"x": X.tolist(), "y": [float(i % 2) for i in range(400)]}).encode()
+    forget = json.dumps({"ids": [f"q{i}" for i in range(300)]}, indent=64).encode()
+    assert min(map(len, (predict, evaluate, forget))) > max(16_384, 1024)
+    json_type = {"content-type": "application/json"}
+    here = {"predict": c.post(f"/v1/models/{mid}/predict", content=predict, headers=json_type).json(),
+            "evaluate": c.post(f"/v1/models/{mid}/evaluate", content=evaluate, headers=json_type).json()}
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a large body was decoded in the server's process")
+
+    monkeypatch.setattr(server.app.state.ctx.settings, "decode_process_bytes", 1024)
+    monkeypatch.setattr(model_routes, "parse_json_body", refuse)
+    monkeypatch.setattr(evaluation_routes, "parse_json_body", refuse)
+    assert c.post(f"/v1/models/{mid}/predict", content=predict, headers=json_type).json() == here["predict"]
+    pooled = c.post(f"/v1/models/{mid}/evaluate", content=evaluate, headers=json_type).json()
+    assert {k: v for k, v in pooled.items() if k != "evaluated_at"} == {
+        k: v for k, v in here["evaluate"].items() if k != "evaluated_at"}
+    bad = c.post(f"/v1/models/{mid}/predict", content=json.dumps({"x": [[0.1] * 7] * 800}).encode(),
+                 headers=json_type)
+    assert bad.status_code == 422 and "invalid-dimension" in bad.json()["type"]
+    bad = c.post(f"/v1/models/{mid}/unlearn", content=json.dumps({"ids": [1] * 400}, indent=64).encode(),
+                 headers=json_type)
+    assert bad.status_code == 422 and "string_type" in bad.text
+    headers = {**json_type, "idempotency-key": "pool-forget"}
+    r = c.post(f"/v1/models/{mid}/unlearn", content=forget, headers=headers)
+    assert r.status_code in (200, 202), r.text
+    again = c.post(f"/v1/models/{mid}/unlearn", content=forget, headers=headers)  # the same fingerprint: a replay
+    assert again.status_code == r.status_code and again.json() == r.json()
+    assert again.headers.get("idempotent-replayed") == "true"
+    monkeypatch.undo()  # the same key with the same body decoded in the server's process: the same fingerprint
+    same = c.post(f"/v1/models/{mid}/unlearn", content=forget, headers=headers)
+    assert same.json() == r.json() and same.headers.get("idempotent-replayed") == "true"
