@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -79,6 +80,16 @@ class Settings(BaseSettings):
         0.5, ge=0, le=10, allow_inf_nan=False,
         description="Seconds a tenant-limit refusal is held back before it is answered (at most its Retry-After), "
                     "so that a client retrying at once costs a few refusals per second per connection; 0: at once.")
+    tenant_limits_scope: Literal["auto", "process", "deployment"] = Field(
+        "auto", description="Where the tenant request and in-flight limits hold: 'process' (each replica allows them "
+                            "in full), 'deployment' (every replica draws from the database, PostgreSQL only; "
+                            "app/api/shared_limits.py), 'auto': deployment on PostgreSQL, process on SQLite (one "
+                            "process). The compute share is always per process.")
+    tenant_limit_lease_seconds: float = Field(
+        0.05, gt=0, le=1, allow_inf_nan=False,
+        description="With the deployment scope: a replica draws this many seconds of the tenant's request rate from "
+                    "the shared bucket at once (at least one request, at most the burst), so it asks the database "
+                    "once per lease, not per request; a lease unspent for 1 s is dropped.")
     compute_slots: int | None = Field(
         None, ge=0,
         description="Computations (the worker-thread part of learn, unlearn and large predictions) running at once "
