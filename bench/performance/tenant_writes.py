@@ -1,0 +1,251 @@
+"""One tenant's writes on PostgreSQL, and the deployment-wide tenant limits (issue 37 items 6 and 5):
+``python -m bench.performance.tenant_writes [--seconds 4] [--rounds 3] [--before REF]``.
+
+**Writes** (item 6).  One uvicorn process on a fresh PostgreSQL database, every rate limit off; closed-loop clients
+(one process each) learn batches of ``BATCH`` examples (d = ``D``) into their own model for ``--seconds``:
+
+* ``one model, 8 clients``: 8 clients, 1 model (the baseline: its writes queue on the model's lock);
+* ``one model, 1 client``: the same model, one request at a time;
+* ``8 models, 1 tenant``: 8 clients, 8 models of one tenant (target: >= 1.5x the baseline's examples/s);
+* ``8 models, 8 tenants``: 8 clients, a model each in its own tenant (what the tenant row's lock does not touch).
+
+The cases alternate within each round; the table gives the median over rounds and the ratio to the baseline of the
+same server.  ``--before REF`` runs the same against the service at git ref REF (``git archive`` into a temporary
+directory, same interpreter): the usage counters on the tenant row, to compare in the same run.
+
+**Limits** (item 5).  (a) Cost per request: one client sends GETs of a model one at a time to one server with the
+tenant limits off, per process, and over the deployment (never refusing: rate and in-flight limits far above the
+load); median time per request and its ratio to "off".  (b) Two processes on one database, one tenant flooding both
+(one closed-loop client per process) with ``RATE`` requests/s and a burst of ``RATE``: requests admitted over what one
+process alone may admit (burst + rate x seconds), per process and over the deployment (target <= 1.2x).
+
+Nothing is asserted; the machine's load moves every figure: the load average is printed with each table.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from ..common import free_port, passive_model, stream, wait_for
+from .ingest import _pg_database
+
+ROOT = Path(__file__).resolve().parents[2]
+D, BATCH = 16, 10
+RATE = 50.0
+LIMITS_OFF = {"OLU_RATE_LIMIT": "0", "OLU_TENANT_RATE_LIMIT": "0", "OLU_TENANT_MAX_IN_FLIGHT": "0",
+              "OLU_TENANT_COMPUTE_SHARE": "0", "OLU_COMPUTE_SLOTS": "0", "OPENBLAS_NUM_THREADS": "1"}
+ADMIN = "tenant-writes-admin-" + "x" * 24
+
+
+class _Service:
+    def __init__(self, database_url: str, data_dir: str, env: dict, root: Path = ROOT):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        full = {**os.environ, "OLU_DATABASE_URL": database_url, "OLU_DATA_DIR": data_dir, "OLU_ADMIN_TOKEN": ADMIN,
+                "PYTHONPATH": str(root), **env}
+        self.proc = subprocess.Popen(
+            [os.environ.get("OLU_BENCH_PYTHON", _python()), "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
+             "--port", str(self.port), "--log-level", "warning", "--no-access-log"],
+            cwd=root, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(self.url, self.proc)
+
+    def tenant(self, name: str) -> str:
+        r = httpx.post(self.url + "/v1/tenants", json={"name": name}, headers={"authorization": f"Bearer {ADMIN}"})
+        r.raise_for_status()
+        return r.json()["api_key"]
+
+    def model(self, key: str) -> str:
+        r = httpx.post(self.url + "/v1/models", json=passive_model("w", D, 0.01),
+                       headers={"authorization": f"Bearer {key}"}, timeout=60)
+        r.raise_for_status()
+        return r.json()["id"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def _learner(args) -> int:
+    """One closed-loop client: learns of BATCH examples into its model for ``seconds``; examples learned."""
+    url, key, mid, seconds, seed, offset = args
+    X, y = stream(BATCH * 400, D, seed=seed)
+    n, i = 0, offset
+    with httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=60) as c:
+        start = time.monotonic()
+        while time.monotonic() - start < seconds:
+            lo = (i * BATCH) % len(X)
+            body = {"examples": [{"id": f"r{i}-{j}", "x": X[lo + j].tolist(), "y": float(y[lo + j])}
+                                 for j in range(BATCH)]}
+            r = c.post(f"/v1/models/{mid}/learn", json=body)
+            r.raise_for_status()
+            n += BATCH
+            i += 1
+    return n
+
+
+def _writes(svc: _Service, seconds: float, rounds: int, pool) -> dict[str, float]:
+    one_key = svc.tenant("one")
+    one = [(one_key, svc.model(one_key))]
+    t_key = svc.tenant("eight-models")
+    tenant8 = [(t_key, svc.model(t_key)) for _ in range(8)]
+    tenants8 = []
+    for k in range(8):
+        key = svc.tenant(f"t{k}")
+        tenants8.append((key, svc.model(key)))
+    cases = {"one model, 8 clients": one * 8, "one model, 1 client": one, "8 models, 1 tenant": tenant8,
+             "8 models, 8 tenants": tenants8}
+    rates: dict[str, list[float]] = {k: [] for k in cases}
+    for r in range(rounds):
+        for name, pairs in cases.items():
+            args = [(svc.url, key, mid, seconds, 17 * r + j, 10_000_000 * r + 100_000 * j) for j, (key, mid) in
+                    enumerate(pairs)]
+            rates[name].append(sum(pool.map(_learner, args)) / seconds)
+    return {k: statistics.median(v) for k, v in rates.items()}
+
+
+def _getter(args) -> list[float]:
+    url, key, mid, seconds = args
+    times = []
+    with httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=60) as c:
+        start = time.monotonic()
+        while time.monotonic() - start < seconds:
+            t0 = time.perf_counter()
+            c.get(f"/v1/models/{mid}").raise_for_status()
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def _limit_cost(url: str, data: str, seconds: float, rounds: int, pool) -> dict[str, float]:
+    high = {"OLU_TENANT_RATE_LIMIT": "1000000", "OLU_TENANT_MAX_IN_FLIGHT": "1000"}
+    scopes = {"off": {}, "per process": {**high, "OLU_TENANT_LIMITS_SCOPE": "process"},
+              "over the deployment": {**high, "OLU_TENANT_LIMITS_SCOPE": "deployment"}}
+    per: dict[str, list[float]] = {k: [] for k in scopes}
+    for r in range(rounds):
+        for name, env in scopes.items():
+            svc = _Service(url, data, {**LIMITS_OFF, **env})
+            try:
+                key = svc.tenant(f"cost{r}")
+                mid = svc.model(key)
+                pool.map(_getter, [(svc.url, key, mid, 0.5)])  # warm
+                per[name].append(statistics.median(pool.map(_getter, [(svc.url, key, mid, seconds)])[0]))
+            finally:
+                svc.stop()
+    return {k: statistics.median(v) for k, v in per.items()}
+
+
+def _flood(args) -> tuple[int, int, float]:
+    url, key, seconds = args
+    ok = refused = 0
+    with httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=60) as c:
+        start = time.monotonic()
+        while time.monotonic() - start < seconds:
+            code = c.get("/v1/tenant").status_code
+            ok += code == 200
+            refused += code == 429
+        return ok, refused, time.monotonic() - start
+
+
+def _two_processes(url: str, data: str, seconds: float, pool) -> dict[str, float]:
+    out = {}
+    for name, scope in (("per process", "process"), ("over the deployment", "deployment")):
+        env = {**LIMITS_OFF, "OLU_TENANT_RATE_LIMIT": str(RATE), "OLU_TENANT_RATE_LIMIT_BURST": str(RATE),
+               "OLU_TENANT_REFUSAL_DELAY": "0", "OLU_TENANT_LIMITS_SCOPE": scope, "OLU_AUTH_FAILURE_LIMIT": "0"}
+        a = _Service(url, data, env)
+        b = _Service(url, data, env)
+        try:
+            key = a.tenant(f"flood-{scope}")
+            got = pool.map(_flood, [(a.url, key, seconds), (b.url, key, seconds)])
+        finally:
+            a.stop()
+            b.stop()
+        admitted = sum(g[0] for g in got)
+        out[name] = admitted / (RATE + RATE * max(g[2] for g in got))
+    return out
+
+
+def _load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def _commit(root: Path) -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=float, default=4.0)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--before", default=None, help="a git ref whose service to measure too (e.g. main)")
+    p.add_argument("--skip-limits", action="store_true")
+    args = p.parse_args()
+    pool = mp.get_context("fork").Pool(8)
+    trees = [("this tree", ROOT)]
+    tmp = tempfile.TemporaryDirectory()
+    if args.before:
+        before = Path(tmp.name) / "before"
+        before.mkdir()
+        subprocess.run(f"git archive {args.before} | tar -x -C {before}", shell=True, cwd=ROOT, check=True)
+        trees.append((f"before ({args.before})", before))
+    print(f"# tenant_writes: commit {_commit(ROOT)}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"{os.cpu_count()} CPUs, batches of {BATCH} examples at d = {D}, {args.seconds:g} s x {args.rounds} rounds")
+    for label, root in trees:
+        url, drop = _pg_database()
+        if url is None:
+            raise SystemExit(drop)
+        try:
+            svc = _Service(url, str(Path(tmp.name) / f"data-{label[:4]}"), LIMITS_OFF, root=root)
+            try:
+                got = _writes(svc, args.seconds, args.rounds, pool)
+            finally:
+                svc.stop()
+        finally:
+            drop()
+        base = got["one model, 8 clients"]
+        print(f"\n## One tenant's writes on PostgreSQL: {label} (load {_load()})")
+        print("| clients and models | examples/s (median) | vs one model |\n|---|---:|---:|")
+        for name, v in got.items():
+            print(f"| {name} | {v:,.0f} | {v / base:.2f}x |")
+    if not args.skip_limits:
+        url, drop = _pg_database()
+        try:
+            data = str(Path(tmp.name) / "data-limits")
+            cost = _limit_cost(url, data, args.seconds, args.rounds, pool)
+            print(f"\n## Cost of the tenant limits per request (GET a model, one at a time; load {_load()})")
+            print("| tenant limits | median per request | vs off |\n|---|---:|---:|")
+            for name, v in cost.items():
+                print(f"| {name} | {v * 1e3:.3f} ms | {v / cost['off']:.2f}x |")
+            two = _two_processes(url, data, max(args.seconds, 5.0), pool)
+            print(f"\n## Two processes, one tenant flooding both, {RATE:g} requests/s, burst {RATE:g} (load {_load()})")
+            print("| scope | admitted / (burst + rate x seconds) |\n|---|---:|")
+            for name, v in two.items():
+                print(f"| {name} | {v:.2f}x |")
+        finally:
+            drop()
+    pool.close()
+    tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
