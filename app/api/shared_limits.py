@@ -110,8 +110,8 @@ class SharedTenantLimiter(TenantLimiter):
     async def admit_async(self, tenant_id: str) -> Refusal | None:
         if self._sweeper is None and self.max_in_flight:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
-        lease = self._leases.setdefault(tenant_id, _Lease())
         for _ in range(3):  # a lease may be spent by the requests that waited for it too
+            lease = self._leases.setdefault(tenant_id, _Lease())  # again: a sweep may have dropped an idle one
             now = self.clock()
             with self._lock:
                 t = self._state(tenant_id, now)
@@ -153,6 +153,7 @@ class SharedTenantLimiter(TenantLimiter):
                         lease.slot_retry_at = now + ASK_AGAIN
         refusal = self.admit(tenant_id)
         if refusal is None:
+            lease = self._leases.setdefault(tenant_id, _Lease())
             lease.peak = max(lease.peak, self.in_flight(tenant_id))
         return refusal
 
@@ -190,13 +191,16 @@ class SharedTenantLimiter(TenantLimiter):
 
     async def sweep(self) -> None:
         give_back: dict[str, int] = {}
+        now = self.clock()
         with self._lock:
-            for tenant_id, lease in self._leases.items():
+            for tenant_id, lease in list(self._leases.items()):
                 keep = max(self.in_flight(tenant_id), lease.peak)
                 if lease.slots > keep:
                     give_back[tenant_id] = lease.slots - keep
                     lease.slots = keep
                 lease.peak = self.in_flight(tenant_id)
+                if not lease.slots and lease.busy is None and lease.until < now and lease.retry_at < now:
+                    del self._leases[tenant_id]  # idle: nothing held, nothing to remember
         await asyncio.to_thread(self._sweep_db, give_back)
 
     def _sweep_db(self, give_back: dict[str, int]) -> None:

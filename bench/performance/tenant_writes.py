@@ -120,9 +120,9 @@ def _writes(svc: _Service, seconds: float, rounds: int, pool) -> dict[str, float
     rates: dict[str, list[float]] = {k: [] for k in cases}
     others: dict[str, dict[str, int]] = {k: {} for k in cases}
     for r in range(rounds):
-        for name, pairs in cases.items():
-            args = [(svc.url, key, mid, seconds, 17 * r + j, 10_000_000 * r + 100_000 * j) for j, (key, mid) in
-                    enumerate(pairs)]
+        for c, (name, pairs) in enumerate(cases.items()):  # record ids unique per round, case and client
+            args = [(svc.url, key, mid, seconds, 17 * r + j, 10_000_000 * r + 1_000_000 * c + 100_000 * j)
+                    for j, (key, mid) in enumerate(pairs)]
             got = pool.map(_learner, args)
             rates[name].append(sum(n for n, _ in got) / seconds)
             for _, refused in got:
