@@ -15,9 +15,9 @@ from .api.limits import BodySizeLimit
 from .api.media_type import RequireMediaType
 from .api.query import known_query_parameters
 from .api.fairness import FairScheduler, TenantLimiter, compute_slots
-from .api.shared_limits import SharedTenantLimiter
 from .api.operation_turns import turns_of
 from .api.ratelimit import AuthFailureThrottle, RateLimit
+from .api.shared_limits import SharedTenantLimiter
 from .config import Settings
 from .crypto import Cipher
 from .db.migrate import migration_status, upgrade_to_head

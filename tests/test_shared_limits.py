@@ -30,8 +30,8 @@ def db(postgres_url):
 
 
 def _pair(db, **kw):
-    args = dict(rate=kw.get("rate"), burst=kw.get("burst"), max_in_flight=kw.get("max_in_flight"),
-                compute_share=None, compute_burst=None)
+    args = {"rate": kw.get("rate"), "burst": kw.get("burst"), "max_in_flight": kw.get("max_in_flight"),
+            "compute_share": None, "compute_burst": None}
     return (SharedTenantLimiter(db, **args, lease_seconds=kw.get("lease", 0.05)),
             SharedTenantLimiter(db, **args, lease_seconds=kw.get("lease", 0.05)))
 
@@ -54,6 +54,19 @@ def test_two_replicas_admit_at_most_the_shared_bucket(db):
     # one process alone would admit burst + rate * elapsed; per-process limits would admit twice that
     assert 30 <= admitted <= 30 + math.ceil(2.0 * elapsed) + 1, (admitted, elapsed)
     assert a.round_trips + b.round_trips < admitted  # leases: not one database call per request
+
+
+def test_concurrent_admissions_on_one_replica_share_its_database_calls(db):
+    a, b = _pair(db, rate=1.0, burst=20.0, max_in_flight=100, lease=4.0)  # leases of 4 tokens
+
+    async def go():
+        answers = await asyncio.gather(*(lim.admit_async("ten_many") for lim in [a, b] * 40))
+        return sum(r is None for r in answers), [r.limit for r in answers if r is not None]
+
+    admitted, refused = asyncio.run(go())
+    assert 1 <= admitted <= 20 + 2, admitted  # the burst, and at most a token or two refilled meanwhile
+    assert set(refused) <= {"tenant-requests"}
+    assert a.round_trips + b.round_trips <= admitted  # waiting requests share a call instead of making their own
 
 
 def test_a_refusal_names_the_deployment_and_a_retry(db):

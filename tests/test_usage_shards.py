@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
@@ -35,7 +35,7 @@ def db(request, tmp_path):
 def _tenant(db, tid: str) -> None:
     with db.engine.begin() as conn:
         conn.execute(text("INSERT INTO tenants (id, name, record_key, log_size, created_at) VALUES (:t, 'n', :k, 0, "
-                          ":now)"), {"t": tid, "k": b"k", "now": datetime.now(timezone.utc)})
+                          ":now)"), {"t": tid, "k": b"k", "now": datetime.now(UTC)})
 
 
 def _write(db, tid: str, mid: str, limits: dict, records: int, checked=("records",), hold: float = 0.0) -> bool:
@@ -104,5 +104,5 @@ def test_random_sequence_is_accepted_exactly_when_it_fits(db):
             d = rng.randint(0, 3)
             assert _write(db, "ten_seq", mid, limits, d, checked=None)  # a retrain's growth: not checked
             total += d
-        usage, caps = _state(db, "ten_seq")
+        usage, _ = _state(db, "ten_seq")
         assert usage[1] == total, (step, usage, total)

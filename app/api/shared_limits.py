@@ -6,13 +6,16 @@ that every replica shares:
 - **requests**: one token bucket per tenant, a row of ``tenant_rate_buckets`` (tokens, and when they were counted
   by the database's clock, so replicas' clocks need not agree).  A replica draws tokens from it in leases of
   ``OLU_TENANT_LIMIT_LEASE_SECONDS`` of the rate (at least 1; 10 at the default 200 requests/s): one statement
-  (``_DRAW``: refill, take, under the row's lock) every ``lease`` requests, not per request.  Every request admitted
+  (``_DRAW``: refill, take, under the row's lock) every ``lease`` requests, not per request, drawn in the
+  background once half the lease is spent (a request waits for the database only when its replica's lease is
+  empty).  Every request admitted
   spent a token taken from the shared bucket, so the replicas together admit at most ``burst + rate * t`` in any
   ``t`` seconds, as one process would; a lease not spent within ``LEASE_TTL`` is dropped (its tokens are lost, never
   handed out twice), so an idle replica does not hold tokens back.  When the bucket is empty, the replica refuses
   without asking again until the bucket should hold a token (``retry_at``).
 - **concurrency**: each replica holds a number of in-flight slots per tenant, a row of ``tenant_slots`` (replica,
-  slots, expiry).  A request that finds every slot of its replica busy claims one more, granted while the live
+  slots, expiry).  A request that finds every slot of its replica busy claims one more (one claim for all the
+  requests waiting at that moment), granted while the live
   slots of all replicas stay within ``OLU_TENANT_MAX_IN_FLIGHT`` (checked under the bucket row's lock).  Slots
   not used during a ``SWEEP_SECONDS`` period are given back, and a heartbeat renews the replica's rows every sweep;
   a replica that dies stops renewing and its slots count no more after ``SLOT_TTL`` seconds.
@@ -56,13 +59,16 @@ FROM cur WHERE b.tenant_id = cur.tenant_id
 RETURNING LEAST(CAST(:lease AS float8), GREATEST(0.0, floor(cur.avail))), cur.avail""")
 _LOCK = text("SELECT tokens FROM tenant_rate_buckets WHERE tenant_id = :tid FOR UPDATE")
 _LIVE_SLOTS = text(f"SELECT COALESCE(SUM(slots), 0) FROM tenant_slots WHERE tenant_id = :tid AND expires_at > {_NOW}")
-_CLAIM = text(f"INSERT INTO tenant_slots (tenant_id, replica, slots, expires_at) VALUES (:tid, :me, 1, {_NOW} + :ttl) "
-              f"ON CONFLICT (tenant_id, replica) DO UPDATE SET slots = tenant_slots.slots + 1, "
+_CLAIM = text(f"INSERT INTO tenant_slots (tenant_id, replica, slots, expires_at) VALUES (:tid, :me, :n, {_NOW} + :ttl) "
+              f"ON CONFLICT (tenant_id, replica) DO UPDATE SET slots = tenant_slots.slots + :n, "
               f"expires_at = {_NOW} + :ttl")
 _DEAD = text(f"DELETE FROM tenant_slots WHERE tenant_id = :tid AND expires_at < {_NOW} - 60")
 _GIVE_BACK = text("UPDATE tenant_slots SET slots = slots - :n WHERE tenant_id = :tid AND replica = :me")
 _HEARTBEAT = text(f"UPDATE tenant_slots SET expires_at = {_NOW} + :ttl WHERE replica = :me AND slots > 0")
 _LEAVE = text("DELETE FROM tenant_slots WHERE replica = :me")
+# the limits' own writes need not wait for the WAL's flush: a crash loses at most the last lease's bookkeeping (a
+# few tokens given back to the tenant, or slots that expire anyway), never a client's data
+_NO_FLUSH = text("SET LOCAL synchronous_commit TO OFF")
 
 
 @dataclass
@@ -73,6 +79,7 @@ class _Lease:
     slots: int = 0  # in-flight slots this replica holds for the tenant
     peak: int = 0  # the most of them in use since the last sweep
     slot_retry_at: float = 0.0  # a claim was refused: do not ask again before then
+    want_slots: int = 0  # requests waiting for a slot now (one claim asks for all of them)
     busy: asyncio.Future | None = None  # the database call under way for this tenant
 
 
@@ -87,6 +94,7 @@ class SharedTenantLimiter(TenantLimiter):
         self.where = "over the deployment"
         self._leases: dict[str, _Lease] = {}
         self._sweeper: asyncio.Task | None = None
+        self._prefetches: set[asyncio.Task] = set()  # the background lease draws under way
         self.round_trips = 0  # database calls made (the bench divides by the requests admitted)
 
     # ---- fairness.TenantLimiter hooks: tokens only from leases, slots only as held --------------------------
@@ -110,74 +118,104 @@ class SharedTenantLimiter(TenantLimiter):
     async def admit_async(self, tenant_id: str) -> Refusal | None:
         if self._sweeper is None and self.max_in_flight:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
-        for _ in range(3):  # a lease may be spent by the requests that waited for it too
-            lease = self._leases.setdefault(tenant_id, _Lease())  # again: a sweep may have dropped an idle one
-            now = self.clock()
-            with self._lock:
-                t = self._state(tenant_id, now)
-                if self.rate and lease.until <= now:
-                    t.tokens = 0.0  # a lease not spent in time is dropped
-                want_tokens = bool(self.rate) and t.tokens < 1.0 and now >= lease.retry_at
-                want_slot = (bool(self.max_in_flight) and t.in_flight >= lease.slots
-                             and lease.slots < self.max_in_flight and now >= lease.slot_retry_at)
-            if not (want_tokens or want_slot):
-                break
-            if lease.busy is not None:
-                await asyncio.shield(lease.busy)
-                continue
-            lease.busy = asyncio.get_running_loop().create_future()
-            try:
-                granted, avail, slot = await asyncio.to_thread(self._ask, tenant_id, want_tokens, want_slot)
-            except Exception:  # the database is unreachable: this request is not refused for that (it will
-                # answer the database's failure); it counts in flight here
-                log.warning("shared tenant limits: the database call failed; request admitted", exc_info=True)
+        counted: _Lease | None = None  # the lease whose ``want_slots`` counts this request
+        try:
+            for _ in range(3):  # a lease may be spent by the requests that waited for it too
+                lease = self._leases.setdefault(tenant_id, _Lease())  # again: a sweep may drop an idle one
+                now = self.clock()
                 with self._lock:
-                    self._state(tenant_id, self.clock()).in_flight += 1
-                return None
-            finally:
-                lease.busy.set_result(None)
-                lease.busy = None
-            now = self.clock()
-            with self._lock:
-                t = self._state(tenant_id, now)
-                if want_tokens:
-                    t.tokens = (t.tokens if lease.until > now else 0.0) + granted
-                    lease.until = now + LEASE_TTL
-                    if granted == 0:  # empty: the next token in (1 - avail) / rate seconds
-                        lease.wait = (1.0 - avail) / self.rate
-                        lease.retry_at = now + min(lease.wait, 1.0)
-                if want_slot:
-                    if slot:
-                        lease.slots += 1
-                    else:
-                        lease.slot_retry_at = now + ASK_AGAIN
+                    t = self._state(tenant_id, now)
+                    if self.rate and lease.until <= now:
+                        t.tokens = 0.0  # a lease not spent in time is dropped
+                    want_tokens = bool(self.rate) and t.tokens < 1.0 and now >= lease.retry_at
+                    want_slot = (bool(self.max_in_flight) and t.in_flight >= lease.slots
+                                 and lease.slots < self.max_in_flight and now >= lease.slot_retry_at)
+                if not (want_tokens or want_slot):
+                    break
+                if want_slot and counted is not lease:
+                    if counted is not None:
+                        counted.want_slots -= 1
+                    counted = lease
+                    lease.want_slots += 1
+                if lease.busy is not None:
+                    await asyncio.shield(lease.busy)
+                    continue
+                if not await self._refresh(tenant_id, lease, want_tokens, want_slot):
+                    # the database is unreachable: this request is not refused for that (it will answer the
+                    # database's failure); it counts in flight here
+                    with self._lock:
+                        self._state(tenant_id, self.clock()).in_flight += 1
+                    return None
+        finally:
+            if counted is not None:
+                counted.want_slots -= 1
         refusal = self.admit(tenant_id)
         if refusal is None:
             lease = self._leases.setdefault(tenant_id, _Lease())
             lease.peak = max(lease.peak, self.in_flight(tenant_id))
+            t = self._tenants.get(tenant_id)
+            if (self.lease > 1 and lease.busy is None and t is not None and t.tokens < self.lease / 2
+                    and self.clock() >= lease.retry_at):  # the next lease, drawn before this one runs out
+                task = asyncio.get_running_loop().create_task(self._refresh(tenant_id, lease, True, False))
+                self._prefetches.add(task)
+                task.add_done_callback(self._prefetches.discard)
         return refusal
 
-    def _ask(self, tenant_id: str, want_tokens: bool, want_slot: bool) -> tuple[int, float, bool]:
-        """One transaction: draw a lease of tokens, claim one more slot (worker thread)."""
+    def _refresh(self, tenant_id: str, lease: _Lease, want_tokens: bool, want_slot: bool):
+        """One database call for the tenant (``_ask`` on a worker thread), marked under way (``busy``) from now, not
+        from when the coroutine first runs; it answers False if the call failed.  A slot claim asks for one slot
+        per request waiting for one."""
+        lease.busy = asyncio.get_running_loop().create_future()
+        slots = max(1, lease.want_slots) if want_slot else 0
+        return self._refreshing(tenant_id, lease, want_tokens, slots)
+
+    async def _refreshing(self, tenant_id: str, lease: _Lease, want_tokens: bool, want_slots: int) -> bool:
+        try:
+            granted, avail, slots = await asyncio.to_thread(self._ask, tenant_id, want_tokens, want_slots)
+        except Exception:
+            log.warning("shared tenant limits: the database call failed", exc_info=True)
+            return False
+        finally:
+            lease.busy.set_result(None)
+            lease.busy = None
+        now = self.clock()
+        with self._lock:
+            t = self._state(tenant_id, now)
+            if want_tokens:
+                t.tokens = (t.tokens if lease.until > now else 0.0) + granted
+                lease.until = now + LEASE_TTL
+                if granted == 0:  # empty: the next token in (1 - avail) / rate seconds
+                    lease.wait = (1.0 - avail) / self.rate
+                    lease.retry_at = now + min(lease.wait, 1.0)
+            if want_slots:
+                lease.slots += slots
+                if slots < want_slots:
+                    lease.slot_retry_at = now + ASK_AGAIN
+        return True
+
+    def _ask(self, tenant_id: str, want_tokens: bool, want_slots: int) -> tuple[int, float, int]:
+        """One transaction: draw a lease of tokens, claim up to ``want_slots`` more slots (worker thread)."""
         self.round_trips += 1
-        granted, avail, slot = 0, 0.0, False
+        granted, avail, slots = 0, 0.0, 0
         params = {"tid": tenant_id, "burst": self.burst if self.rate else 1.0, "rate": self.rate or 0.0,
                   "lease": self.lease, "me": self.replica, "ttl": SLOT_TTL}
         with self.db.engine.begin() as conn:
+            conn.execute(_NO_FLUSH)
             if want_tokens:
                 row = conn.execute(_DRAW, params).first()
                 if row is None:  # the tenant's first request: its bucket starts full
                     conn.execute(_CREATE, params)
                     row = conn.execute(_DRAW, params).first()
                 granted, avail = int(row[0]), float(row[1])
-            if want_slot:
+            if want_slots:
                 conn.execute(_CREATE, params)
                 conn.execute(_LOCK, params)  # the tenant's claims, one at a time over the deployment
                 conn.execute(_DEAD, params)
-                if int(conn.execute(_LIVE_SLOTS, params).scalar_one()) < self.max_in_flight:
-                    conn.execute(_CLAIM, params)
-                    slot = True
-        return granted, avail, slot
+                free = self.max_in_flight - int(conn.execute(_LIVE_SLOTS, params).scalar_one())
+                slots = max(0, min(want_slots, free))
+                if slots:
+                    conn.execute(_CLAIM, {**params, "n": slots})
+        return granted, avail, slots
 
     # ---- slots: give back the unused, heartbeat -------------------------------------------------------------
 
@@ -205,6 +243,7 @@ class SharedTenantLimiter(TenantLimiter):
 
     def _sweep_db(self, give_back: dict[str, int]) -> None:
         with self.db.engine.begin() as conn:
+            conn.execute(_NO_FLUSH)
             for tenant_id, n in give_back.items():
                 conn.execute(_GIVE_BACK, {"tid": tenant_id, "me": self.replica, "n": n})
             conn.execute(_HEARTBEAT, {"me": self.replica, "ttl": SLOT_TTL})

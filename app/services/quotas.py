@@ -8,7 +8,8 @@ Usage is that of the tenant's live models: their number, their records held (``n
 their ``bytes_stored``, which every write sets (``model_bytes``).  It is kept as counters (issue 32), in shards by
 model (app/db/usage_shards.py, issue 37 item 6): every write adds its delta (``bump``) in its own transaction, so a
 quota check reads at most ``SHARDS`` rows, not a sum over all the tenant's models (30 ms at 10⁴ models on
-PostgreSQL; docs/performance.md §10), and writes to different models of a tenant do not queue on one row.  A model's bytes are the byte lengths of what the model keeps, namely
+PostgreSQL; docs/performance.md §10), and writes to different models of a tenant do not queue on one row.  A model's
+bytes are the byte lengths of what the model keeps, namely
 its sealed secret state, and per record held 32 bytes of commitment and 8 of step in the record index, 32 more of
 example MAC for a family whose clients send features to forget, and for a family that keeps its data the example's
 8 (dim + 1) bytes and its 8-byte step in its sealed chunk (app/db/retained.py; a chunk's nonce, tag and wrapped key,

@@ -13,9 +13,11 @@ The cases alternate within each round; the table gives the median over rounds an
 same server.  ``--before REF`` runs the same against the service at git ref REF (``git archive`` into a temporary
 directory, same interpreter): the usage counters on the tenant row, to compare in the same run.
 
-**Limits** (item 5).  (a) Cost per request: one client sends GETs of a model one at a time to one server with the
-tenant limits off, per process, and over the deployment (never refusing: rate and in-flight limits far above the
-load); median time per request and its ratio to "off".  (b) Two processes on one database, one tenant flooding both
+**Limits** (item 5).  (a) Cost per request: the limiter alone, in this process (an HTTP request's few ms on this
+machine would hide it): a tenant's requests paced at the default 200/s are admitted and released on the event loop
+by the per-process limiter and by the shared one on PostgreSQL; median and mean time per admission (the mean
+carries the database call made once per lease) and database calls per admitted request.  (b) Two processes on one
+database, one tenant flooding both
 (one closed-loop client per process) with ``RATE`` requests/s and a burst of ``RATE``: requests admitted over what one
 process alone may admit (burst + rate x seconds), per process and over the deployment (target <= 1.2x).
 
@@ -41,6 +43,7 @@ from .ingest import _pg_database
 ROOT = Path(__file__).resolve().parents[2]
 D, BATCH = 16, 10
 RATE = 50.0
+RATE_COST = 200.0  # OLU_TENANT_RATE_LIMIT's default
 LIMITS_OFF = {"OLU_RATE_LIMIT": "0", "OLU_TENANT_RATE_LIMIT": "0", "OLU_TENANT_MAX_IN_FLIGHT": "0",
               "OLU_TENANT_COMPUTE_SHARE": "0", "OLU_COMPUTE_SLOTS": "0", "OPENBLAS_NUM_THREADS": "1"}
 ADMIN = "tenant-writes-admin-" + "x" * 24
@@ -106,7 +109,43 @@ def _learner(args) -> tuple[int, dict[str, int]]:
     return n, refused
 
 
-def _writes(svc: _Service, seconds: float, rounds: int, pool) -> dict[str, float]:
+class _LockWaits:
+    """Samples, every 10 ms while a case runs, how many of the database's sessions wait for a lock (row locks:
+    ``wait_event_type = 'Lock'``): the writes that queue behind another's lock, whatever the CPU does."""
+
+    def __init__(self, database_url: str):
+        from sqlalchemy import create_engine
+
+        self.engine = create_engine(database_url, pool_size=1)
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        from sqlalchemy import text
+
+        def run():
+            with self.engine.connect() as conn:
+                while not self._stop.is_set():
+                    self.samples.append(int(conn.execute(text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND datname = current_database()")).scalar_one()))
+                    conn.commit()
+                    time.sleep(0.01)
+
+        self.samples, self._thread = [], threading.Thread(target=run, daemon=True)
+        self._stop.clear()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def mean(self) -> float:
+        return statistics.fmean(self.samples) if self.samples else 0.0
+
+
+def _writes(svc: _Service, seconds: float, rounds: int, pool, database_url: str) -> dict[str, tuple]:
     one_key = svc.tenant("one")
     one = [(one_key, svc.model(one_key))]
     t_key = svc.tenant("eight-models")
@@ -119,46 +158,61 @@ def _writes(svc: _Service, seconds: float, rounds: int, pool) -> dict[str, float
              "8 models, 8 tenants": tenants8}
     rates: dict[str, list[float]] = {k: [] for k in cases}
     others: dict[str, dict[str, int]] = {k: {} for k in cases}
+    waits: dict[str, list[float]] = {k: [] for k in cases}
+    sampler = _LockWaits(database_url)
     for r in range(rounds):
         for c, (name, pairs) in enumerate(cases.items()):  # record ids unique per round, case and client
             args = [(svc.url, key, mid, seconds, 17 * r + j, 10_000_000 * r + 1_000_000 * c + 100_000 * j)
                     for j, (key, mid) in enumerate(pairs)]
-            got = pool.map(_learner, args)
+            with sampler:
+                got = pool.map(_learner, args)
+            waits[name].append(sampler.mean())
             rates[name].append(sum(n for n, _ in got) / seconds)
             for _, refused in got:
                 for kind, k in refused.items():
                     others[name][kind] = others[name].get(kind, 0) + k
-    return {k: (statistics.median(v), others[k]) for k, v in rates.items()}
+    sampler.engine.dispose()
+    return {k: (statistics.median(v), others[k], statistics.median(waits[k])) for k, v in rates.items()}
 
 
-def _getter(args) -> list[float]:
-    url, key, mid, seconds = args
-    times = []
-    with httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=60) as c:
+def _admit_cost(url: str, seconds: float) -> dict[str, tuple[float, float, float]]:
+    """Each limiter admits and releases one tenant's requests paced at ``RATE_COST`` per second (its limit) for
+    ``seconds``, on the event loop as the middleware does: (median, mean) seconds per admission, database calls per
+    admitted request."""
+    import asyncio
+
+    from app.api.fairness import TenantLimiter
+    from app.api.shared_limits import SharedTenantLimiter
+    from app.db.migrate import upgrade_to_head
+    from app.db.session import Database
+
+    db = Database(url)
+    upgrade_to_head(db.engine)
+    limits = {"rate": RATE_COST, "burst": RATE_COST, "max_in_flight": 4, "compute_share": 1.0, "compute_burst": 2.0}
+    limiters = {"per process": TenantLimiter(**limits),
+                "over the deployment": SharedTenantLimiter(db, **limits, lease_seconds=0.05)}
+
+    async def run(limiter) -> tuple[float, float, float]:
+        times, admitted = [], 0
         start = time.monotonic()
+        k = 0
         while time.monotonic() - start < seconds:
+            k += 1
             t0 = time.perf_counter()
-            c.get(f"/v1/models/{mid}").raise_for_status()
+            refusal = await limiter.admit_async("ten_cost")
             times.append(time.perf_counter() - t0)
-    return times
+            if refusal is None:
+                admitted += 1
+                limiter.release("ten_cost")
+            await asyncio.sleep(max(0.0, start + k / RATE_COST - time.monotonic()))
+        trips = getattr(limiter, "round_trips", 0)
+        if isinstance(limiter, SharedTenantLimiter):
+            await limiter.close()
+        return statistics.median(times), statistics.fmean(times), trips / max(1, admitted)
 
-
-def _limit_cost(url: str, data: str, seconds: float, rounds: int, pool) -> dict[str, float]:
-    high = {"OLU_TENANT_RATE_LIMIT": "1000000", "OLU_TENANT_MAX_IN_FLIGHT": "1000"}
-    scopes = {"off": {}, "per process": {**high, "OLU_TENANT_LIMITS_SCOPE": "process"},
-              "over the deployment": {**high, "OLU_TENANT_LIMITS_SCOPE": "deployment"}}
-    per: dict[str, list[float]] = {k: [] for k in scopes}
-    for r in range(rounds):
-        for name, env in scopes.items():
-            svc = _Service(url, data, {**LIMITS_OFF, **env})
-            try:
-                key = svc.tenant(f"cost{r}")
-                mid = svc.model(key)
-                pool.map(_getter, [(svc.url, key, mid, 0.5)])  # warm
-                per[name].append(statistics.median(pool.map(_getter, [(svc.url, key, mid, seconds)])[0]))
-            finally:
-                svc.stop()
-    return {k: statistics.median(v) for k, v in per.items()}
+    out = {name: asyncio.run(run(limiter)) for name, limiter in limiters.items()}
+    db.dispose()
+    return out
 
 
 def _flood(args) -> tuple[int, int, float]:
@@ -209,6 +263,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--before", default=None, help="a git ref whose service to measure too (e.g. main)")
     p.add_argument("--skip-limits", action="store_true")
+    p.add_argument("--skip-writes", action="store_true")
     args = p.parse_args()
     pool = mp.get_context("fork").Pool(8)
     trees = [("this tree", ROOT)]
@@ -220,33 +275,36 @@ def main() -> None:
         trees.append((f"before ({args.before})", before))
     print(f"# tenant_writes: commit {_commit(ROOT)}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{os.cpu_count()} CPUs, batches of {BATCH} examples at d = {D}, {args.seconds:g} s x {args.rounds} rounds")
-    for label, root in trees:
+    for label, root in [] if args.skip_writes else trees:
         url, drop = _pg_database()
         if url is None:
             raise SystemExit(drop)
         try:
             svc = _Service(url, str(Path(tmp.name) / f"data-{label[:4]}"), LIMITS_OFF, root=root)
             try:
-                got = _writes(svc, args.seconds, args.rounds, pool)
+                got = _writes(svc, args.seconds, args.rounds, pool, url)
             finally:
                 svc.stop()
         finally:
             drop()
         base = got["one model, 8 clients"][0]
         print(f"\n## One tenant's writes on PostgreSQL: {label} (load {_load()})")
-        print("| clients and models | examples/s (median) | vs one model, 8 clients | answers other than 200 |\n"
-              "|---|---:|---:|---|")
-        for name, (v, refused) in got.items():
-            print(f"| {name} | {v:,.0f} | {v / base:.2f}x | {', '.join(f'{k}: {n}' for k, n in refused.items())} |")
+        print("| clients and models | examples/s (median) | vs one model, 8 clients | sessions waiting for a lock "
+              "(mean) | answers other than 200 |\n|---|---:|---:|---:|---|")
+        for name, (v, refused, wait) in got.items():
+            print(f"| {name} | {v:,.0f} | {v / base:.2f}x | {wait:.2f} | "
+                  f"{', '.join(f'{k}: {n}' for k, n in refused.items())} |")
     if not args.skip_limits:
         url, drop = _pg_database()
         try:
             data = str(Path(tmp.name) / "data-limits")
-            cost = _limit_cost(url, data, args.seconds, args.rounds, pool)
-            print(f"\n## Cost of the tenant limits per request (GET a model, one at a time; load {_load()})")
-            print("| tenant limits | median per request | vs off |\n|---|---:|---:|")
-            for name, v in cost.items():
-                print(f"| {name} | {v * 1e3:.3f} ms | {v / cost['off']:.2f}x |")
+            cost = _admit_cost(url, max(args.seconds, 5.0))
+            print(f"\n## Cost of the tenant limits per request: admit + release on the event loop, {RATE_COST:g} "
+                  f"requests/s paced at the limit (load {_load()})")
+            print("| tenant limits | median per request | mean per request | database calls per request |\n"
+                  "|---|---:|---:|---:|")
+            for name, (median, mean, trips) in cost.items():
+                print(f"| {name} | {median * 1e6:.1f} us | {mean * 1e6:.1f} us | {trips:.3f} |")
             two = _two_processes(url, data, max(args.seconds, 5.0), pool)
             print(f"\n## Two processes, one tenant flooding both, {RATE:g} requests/s, burst {RATE:g} (load {_load()})")
             print("| scope | admitted / (burst + rate x seconds) |\n|---|---:|")
