@@ -58,15 +58,17 @@ class Settings(BaseSettings):
     rate_limit: float | None = Field(
         1000.0, description="Requests per second per API key (in-process token bucket: per replica); empty or 0: off.")
     rate_limit_burst: float | None = Field(None, description="Bucket size; default: the rate (one second's worth).")
-    # per-tenant fair sharing (app/api/fairness.py): every key of a tenant shares these, per process; 0: off
+    # per-tenant fair sharing (app/api/fairness.py, shared_limits.py): every key of a tenant shares these; 0: off
     tenant_rate_limit: float = Field(
         200.0, ge=0, allow_inf_nan=False,
-        description="Requests per second per tenant, over all its keys (in-process token bucket: per replica); "
+        description="Requests per second per tenant, over all its keys (one token bucket: over the deployment on "
+                    "PostgreSQL, per process otherwise; OLU_TENANT_LIMITS_SCOPE); "
                     "beyond it 429 rate-limited (limit tenant-requests) with Retry-After; 0: off.")
     tenant_rate_limit_burst: float | None = Field(
         None, ge=0, allow_inf_nan=False, description="The tenant request bucket's size; default: the rate.")
     tenant_max_in_flight: int = Field(
-        4, ge=0, description="Requests of one tenant in flight at once in a process; beyond it 429 rate-limited "
+        4, ge=0, description="Requests of one tenant in flight at once (over the deployment on PostgreSQL, per "
+                             "process otherwise; OLU_TENANT_LIMITS_SCOPE); beyond it 429 rate-limited "
                              "(limit tenant-concurrency); 0: off.")
     tenant_compute_share: float = Field(
         1.0, ge=0, allow_inf_nan=False,

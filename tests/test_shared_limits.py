@@ -161,3 +161,26 @@ def test_two_uvicorn_processes_hold_one_tenant_to_its_rate(postgres_url, tmp_pat
     finally:
         first.stop()
         second.stop()
+
+
+def test_scope_setting_picks_the_limiter(tmp_path):
+    from app.config import Settings
+    from app.main import tenant_limiter
+    from app.startup import ConfigurationError
+
+    sqlite = Database(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        assert type(tenant_limiter(Settings(tenant_limits_scope="auto"), sqlite)) is TenantLimiter
+        with pytest.raises(ConfigurationError, match="needs PostgreSQL"):
+            tenant_limiter(Settings(tenant_limits_scope="deployment"), sqlite)
+    finally:
+        sqlite.dispose()
+
+
+def test_scope_setting_on_postgresql(db):
+    from app.config import Settings
+    from app.main import tenant_limiter
+
+    assert type(tenant_limiter(Settings(tenant_limits_scope="process"), db)) is TenantLimiter
+    shared = tenant_limiter(Settings(tenant_limits_scope="auto", tenant_rate_limit=200), db)
+    assert isinstance(shared, SharedTenantLimiter) and shared.lease == 10
