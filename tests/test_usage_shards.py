@@ -106,3 +106,36 @@ def test_random_sequence_is_accepted_exactly_when_it_fits(db):
             total += d
         usage, _ = _state(db, "ten_seq")
         assert usage[1] == total, (step, usage, total)
+
+
+def test_writes_to_models_of_other_shards_do_not_wait_for_each_other(db):
+    """While one write of the tenant holds its shard (its transaction open), a write to a model of another shard
+    commits without waiting for any lock (lock_timeout: a wait is an error, not a slow test)."""
+    if db.is_sqlite:
+        pytest.skip("SQLite has one writer at a time by design")
+    _tenant(db, "ten_par")
+    limits = {"models": None, "records": 10_000, "bytes": None}
+    a, b = "mdl_a", next(f"mdl_{i}" for i in range(100) if usage_shards.shard_of(f"mdl_{i}")
+                         != usage_shards.shard_of("mdl_a"))
+    assert _write(db, "ten_par", a, limits, 1) and _write(db, "ten_par", b, limits, 1)  # both shards get a slice
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with db.write() as s:
+            usage_shards.note(s, "ten_par", a, records=5)
+            usage_shards.grow(s, "ten_par", limits, ("records",))
+            holding.set()
+            release.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert holding.wait(30)
+        with db.write() as s:
+            s.connection().execute(text("SET LOCAL lock_timeout = '2s'"))
+            usage_shards.note(s, "ten_par", b, records=5)
+            usage_shards.grow(s, "ten_par", limits, ("records",))
+    finally:
+        release.set()
+        t.join()
+    assert _state(db, "ten_par")[0][1] == 12
