@@ -9,6 +9,10 @@
 * ``8 models, 1 tenant``: 8 clients, 8 models of one tenant (target: >= 1.5x the baseline's examples/s);
 * ``8 models, 8 tenants``: 8 clients, a model each in its own tenant (what the tenant row's lock does not touch).
 
+Then the database part of a learn alone, with each tree's own code (``_DB_SCRIPT``): threads of one process update
+their model's row, add the usage delta and check the quotas, and commit; commits/s with 1 writer on one model, 8 on
+8 models of one tenant, 8 on models of 8 tenants: what the tenant's lock costs once the CPU work of a learn is gone.
+
 The cases alternate within each round; the table gives the median over rounds and the ratio to the baseline of the
 same server.  ``--before REF`` runs the same against the service at git ref REF (``git archive`` into a temporary
 directory, same interpreter): the usage counters on the tenant row, to compare in the same run.
@@ -245,6 +249,81 @@ def _two_processes(url: str, data: str, seconds: float, pool) -> dict[str, float
     return out
 
 
+# the database part of a learn alone, run with a tree's own code (PYTHONPATH): the model row's update, the usage
+# delta (``bump``, whatever its signature there) and the quota check (``check_locked``), committed; threads of one
+# process, each on its own model, for SECONDS; prints the commits per second of each case as JSON
+_DB_SCRIPT = r"""
+import inspect, json, sys, threading, time
+from datetime import datetime, timezone
+from sqlalchemy import text
+from app.config import Settings
+from app.db.migrate import upgrade_to_head
+from app.db.session import Database
+from app.services import quotas as q
+
+url, seconds = sys.argv[1], float(sys.argv[2])
+db = Database(url)
+upgrade_to_head(db.engine)
+quotas = q.Quotas(db, Settings())
+with_model = "model_id" in inspect.signature(q.bump).parameters
+with db.engine.begin() as c:
+    c.execute(text("CREATE TABLE bench_models (id text PRIMARY KEY, n bigint NOT NULL)"))
+    for t in range(9):
+        c.execute(text("INSERT INTO tenants (id, name, record_key, log_size, created_at) VALUES (:t, 'b', :k, 0, :now)"),
+                  {"t": f"ten_{t}", "k": b"k", "now": datetime.now(timezone.utc)})
+    for m in range(24):
+        c.execute(text("INSERT INTO bench_models (id, n) VALUES (:m, 0)"), {"m": f"mdl_{m}"})
+
+def writer(tid, mid, stop, out):
+    n = 0
+    while not stop.is_set():
+        with db.write() as s:
+            s.execute(text("UPDATE bench_models SET n = n + 1 WHERE id = :m"), {"m": mid})
+            if with_model:
+                q.bump(s, tid, mid, records=1, stored=48)
+            else:
+                q.bump(s, tid, records=1, stored=48)
+            quotas.check_locked(s, tid, {"records": 1, "bytes": 48})
+        n += 1
+    out.append(n)
+
+cases = {"one model, 1 writer": [("ten_8", "mdl_16")],
+         "8 models, 1 tenant": [("ten_0", f"mdl_{m}") for m in range(8)],
+         "8 models, 8 tenants": [(f"ten_{m}", f"mdl_{8 + m}") for m in range(8)]}
+rates = {k: [] for k in cases}
+for _ in range(3):
+    for name, pairs in cases.items():
+        stop, out = threading.Event(), []
+        threads = [threading.Thread(target=writer, args=(t, m, stop, out)) for t, m in pairs]
+        for th in threads:
+            th.start()
+        time.sleep(seconds)
+        stop.set()
+        for th in threads:
+            th.join()
+        rates[name].append(sum(out) / seconds)
+db.dispose()
+print(json.dumps(rates))
+"""
+
+
+def _db_writes(root: Path, seconds: float) -> dict[str, float]:
+    import json
+
+    url, drop = _pg_database()
+    if url is None:
+        raise SystemExit(drop)
+    try:
+        done = subprocess.run([_python(), "-c", _DB_SCRIPT, url, str(seconds)], cwd=root, capture_output=True, check=False,
+                              text=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=600)
+        if done.returncode:
+            raise RuntimeError(done.stderr[-2000:])
+        rates = json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        drop()
+    return {k: statistics.median(v) for k, v in rates.items()}
+
+
 def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
@@ -294,6 +373,15 @@ def main() -> None:
         for name, (v, refused, wait) in got.items():
             print(f"| {name} | {v:,.0f} | {v / base:.2f}x | {wait:.2f} | "
                   f"{', '.join(f'{k}: {n}' for k, n in refused.items())} |")
+    if not args.skip_writes:
+        got = {label: _db_writes(root, args.seconds) for label, root in trees}
+        print(f"\n## The database part of a learn alone (model row, usage delta, quota check, commit; threads of one "
+              f"process, medians of 3 rounds; load {_load()})")
+        print("| writers | " + " | ".join(f"{label}: commits/s | vs one model" for label in got) + " |\n|---|"
+              + "---:|---:|" * len(got))
+        for name in next(iter(got.values())):
+            print(f"| {name} | " + " | ".join(f"{v[name]:,.0f} | {v[name] / v['one model, 1 writer']:.2f}x"
+                                              for v in got.values()) + " |")
     if not args.skip_limits:
         url, drop = _pg_database()
         try:
