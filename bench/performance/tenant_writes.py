@@ -269,7 +269,8 @@ with_model = "model_id" in inspect.signature(q.bump).parameters
 with db.engine.begin() as c:
     c.execute(text("CREATE TABLE bench_models (id text PRIMARY KEY, n bigint NOT NULL)"))
     for t in range(9):
-        c.execute(text("INSERT INTO tenants (id, name, record_key, log_size, created_at) VALUES (:t, 'b', :k, 0, :now)"),
+        c.execute(text("INSERT INTO tenants (id, name, record_key, log_size, created_at) "
+                       "VALUES (:t, 'b', :k, 0, :now)"),
                   {"t": f"ten_{t}", "k": b"k", "now": datetime.now(timezone.utc)})
     for m in range(24):
         c.execute(text("INSERT INTO bench_models (id, n) VALUES (:m, 0)"), {"m": f"mdl_{m}"})
@@ -314,8 +315,8 @@ def _db_writes(root: Path, seconds: float) -> dict[str, float]:
     if url is None:
         raise SystemExit(drop)
     try:
-        done = subprocess.run([_python(), "-c", _DB_SCRIPT, url, str(seconds)], cwd=root, capture_output=True, check=False,
-                              text=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=600)
+        done = subprocess.run([_python(), "-c", _DB_SCRIPT, url, str(seconds)], cwd=root, capture_output=True,
+                              check=False, text=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=600)
         if done.returncode:
             raise RuntimeError(done.stderr[-2000:])
         rates = json.loads(done.stdout.strip().splitlines()[-1])
