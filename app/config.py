@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -57,15 +58,17 @@ class Settings(BaseSettings):
     rate_limit: float | None = Field(
         1000.0, description="Requests per second per API key (in-process token bucket: per replica); empty or 0: off.")
     rate_limit_burst: float | None = Field(None, description="Bucket size; default: the rate (one second's worth).")
-    # per-tenant fair sharing (app/api/fairness.py): every key of a tenant shares these, per process; 0: off
+    # per-tenant fair sharing (app/api/fairness.py, shared_limits.py): every key of a tenant shares these; 0: off
     tenant_rate_limit: float = Field(
         200.0, ge=0, allow_inf_nan=False,
-        description="Requests per second per tenant, over all its keys (in-process token bucket: per replica); "
+        description="Requests per second per tenant, over all its keys (one token bucket: over the deployment on "
+                    "PostgreSQL, per process otherwise; OLU_TENANT_LIMITS_SCOPE); "
                     "beyond it 429 rate-limited (limit tenant-requests) with Retry-After; 0: off.")
     tenant_rate_limit_burst: float | None = Field(
         None, ge=0, allow_inf_nan=False, description="The tenant request bucket's size; default: the rate.")
     tenant_max_in_flight: int = Field(
-        4, ge=0, description="Requests of one tenant in flight at once in a process; beyond it 429 rate-limited "
+        4, ge=0, description="Requests of one tenant in flight at once (over the deployment on PostgreSQL, per "
+                             "process otherwise; OLU_TENANT_LIMITS_SCOPE); beyond it 429 rate-limited "
                              "(limit tenant-concurrency); 0: off.")
     tenant_compute_share: float = Field(
         1.0, ge=0, allow_inf_nan=False,
@@ -79,6 +82,16 @@ class Settings(BaseSettings):
         0.5, ge=0, le=10, allow_inf_nan=False,
         description="Seconds a tenant-limit refusal is held back before it is answered (at most its Retry-After), "
                     "so that a client retrying at once costs a few refusals per second per connection; 0: at once.")
+    tenant_limits_scope: Literal["auto", "process", "deployment"] = Field(
+        "auto", description="Where the tenant request and in-flight limits hold: 'process' (each replica allows them "
+                            "in full), 'deployment' (every replica draws from the database, PostgreSQL only; "
+                            "app/api/shared_limits.py), 'auto': deployment on PostgreSQL, process on SQLite (one "
+                            "process). The compute share is always per process.")
+    tenant_limit_lease_seconds: float = Field(
+        0.05, gt=0, le=1, allow_inf_nan=False,
+        description="With the deployment scope: a replica draws this many seconds of the tenant's request rate from "
+                    "the shared bucket at once (at least one request, at most the burst), so it asks the database "
+                    "once per lease, not per request; a lease unspent for 1 s is dropped.")
     compute_slots: int | None = Field(
         None, ge=0,
         description="Computations (the worker-thread part of learn, unlearn and large predictions) running at once "

@@ -18,6 +18,7 @@ from .api.decode_pool import DecodePool
 from .api.fairness import FairScheduler, TenantLimiter, compute_slots
 from .api.operation_turns import turns_of
 from .api.ratelimit import AuthFailureThrottle, RateLimit
+from .api.shared_limits import SharedTenantLimiter
 from .config import Settings
 from .crypto import Cipher
 from .db.migrate import migration_status, upgrade_to_head
@@ -109,6 +110,20 @@ def check_settings(settings: Settings) -> ClientResolver:
         raise ConfigurationError(str(e)) from None
 
 
+def tenant_limiter(settings: Settings, db: Database) -> TenantLimiter:
+    """The per-tenant limits (api/fairness.py), shared by the replicas through PostgreSQL when
+    ``OLU_TENANT_LIMITS_SCOPE`` says so (api/shared_limits.py, issue 37 item 5)."""
+    args = (settings.tenant_rate_limit, settings.tenant_rate_limit_burst, settings.tenant_max_in_flight,
+            settings.tenant_compute_share, settings.tenant_compute_burst_seconds, settings.tenant_refusal_delay)
+    scope = settings.tenant_limits_scope
+    if scope == "deployment" and db.is_sqlite:
+        raise ConfigurationError("OLU_TENANT_LIMITS_SCOPE=deployment needs PostgreSQL (OLU_DATABASE_URL): a SQLite "
+                                 "database serves one process, whose limits are the deployment's already")
+    if scope == "process" or db.is_sqlite:
+        return TenantLimiter(*args)
+    return SharedTenantLimiter(db, *args, lease_seconds=settings.tenant_limit_lease_seconds)
+
+
 def open_storage(settings: Settings) -> tuple[Database, Cipher]:
     """The database and the at-rest cipher, migrated when auto_migrate is on, the SQLite WAL scrubbed (crash
     recovery: WAL frames of a forget that committed before a crash go, docs/operations.md). Shared by the API and
@@ -167,9 +182,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                    open_key=tenants.record_key), metrics,
                   AuthFailureThrottle(settings.auth_failure_limit, settings.auth_failure_window,
                                       settings.auth_failure_max_addresses) if settings.auth_failure_limit else None)
-    limiter = TenantLimiter(settings.tenant_rate_limit, settings.tenant_rate_limit_burst, settings.tenant_max_in_flight,
-                            settings.tenant_compute_share, settings.tenant_compute_burst_seconds,
-                            settings.tenant_refusal_delay)
+    limiter = tenant_limiter(settings, db)
     if limiter.enabled:
         ctx.tenant_limits = limiter
         ctx.tenants.on_revoke = lambda tenant_id, digest: limiter.forget(tenant_id, digest)
@@ -189,6 +202,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await ctx.operation_runner.start()  # runs operations here unless OLU_OPERATION_WORKERS=0
         yield
         await ctx.operation_runner.stop()  # the running ones are given back (queued again)
+        if isinstance(ctx.tenant_limits, SharedTenantLimiter):
+            await ctx.tenant_limits.close()  # this replica's in-flight slots are given back
         ctx.models.gates.shutdown()  # abandoned computations (request deadline) are not waited for
         if ctx.decode_pool is not None:
             ctx.decode_pool.shutdown()

@@ -1,4 +1,4 @@
-"""The tenant's usage counters (issue 32: ``tenants.usage_models`` / ``usage_records`` / ``usage_bytes``, kept by
+"""The tenant's usage counters (issue 32, in shards since issue 37 item 6: ``tenant_usage_shards``, kept by
 every write as a delta in its own transaction) always equal the sums over the tenant's live models, after a seeded
 random sequence of creations, learns, unlearns, retrains, refused writes and deletions, and after the tenant's
 deletion; the usage shown on the tenant is those counters.  SQLite and, with OLU_TEST_POSTGRES_URL, PostgreSQL."""
@@ -8,15 +8,15 @@ import random
 
 from sqlalchemy import func, select
 
-from app.db.tables import Model, Tenant
+from app.db import usage_shards
+from app.db.tables import Model
 from tests.helpers import create_model, examples, unit_rows
 
 
 def _sums(server, tenant_id: str) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(counters on the tenant row, sums over its live models)."""
+    """(the tenant's counters summed over its shards, sums over its live models)."""
     with server.app.state.ctx.db.read() as s:
-        counters = s.execute(select(Tenant.usage_models, Tenant.usage_records, Tenant.usage_bytes)
-                             .where(Tenant.id == tenant_id)).one()
+        counters = usage_shards.usage(s.connection(), tenant_id)
         sums = s.execute(select(func.count(), func.coalesce(func.sum(Model.n_records - Model.n_forgotten), 0),
                                 func.coalesce(func.sum(Model.bytes_stored), 0))
                          .where(Model.tenant_id == tenant_id, Model.status != "deleted")).one()
@@ -129,7 +129,7 @@ def _backfill(url: str) -> None:
     command.upgrade(cfg, "head")
     with eng.connect() as conn:
         got = {r[0]: tuple(r[1:]) for r in conn.execute(text(
-            "SELECT id, usage_models, usage_records, usage_bytes FROM tenants ORDER BY id"))}
+            "SELECT tenant_id, SUM(models), SUM(records), SUM(bytes) FROM tenant_usage_shards GROUP BY tenant_id"))}
     eng.dispose()
     assert got == {"ten_a": (2, 12, 1200), "ten_b": (1, 0, 64), "ten_c": (0, 0, 0)}, got
 

@@ -51,11 +51,11 @@ async def authenticate(request: Request) -> Principal:
             if retry_after:
                 raise _throttled("this address or token", retry_after)
         raise Problem(401, "unauthorized", "Unknown or revoked key.")
-    _tenant_limits(request, ctx, principal.tenant_id)
+    await _tenant_limits(request, ctx, principal.tenant_id)
     return principal
 
 
-def _tenant_limits(request: Request, ctx, tenant_id: str) -> None:
+async def _tenant_limits(request: Request, ctx, tenant_id: str) -> None:
     """Remember the key's tenant for the middleware's tenant limits (app/api/fairness.py); a request the middleware
     could not attribute (the key's first, or first in a while) is admitted here, after authentication."""
     state = request.scope.get("olu.tenant_limits")
@@ -64,7 +64,7 @@ def _tenant_limits(request: Request, ctx, tenant_id: str) -> None:
         return
     limiter.attribute(state["digest"], tenant_id)
     if state["tenant"] is None:
-        refusal = limiter.admit(tenant_id)
+        refusal = await limiter.admit_async(tenant_id)
         if refusal is not None:
             raise Problem(429, "rate-limited", refusal.detail, headers={"Retry-After": str(refusal.retry_after)},
                           limit=refusal.limit, retry_after=refusal.retry_after)

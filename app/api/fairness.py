@@ -1,6 +1,8 @@
 """Fair sharing of a replica between tenants (issue 29): per-tenant limits on top of the per-key token bucket.
 
-Three limits, all per tenant and per process (N replicas allow N times each), shared by every key of the tenant:
+Three limits, all per tenant, shared by every key of the tenant; per process here (N replicas allow N times each),
+for the whole deployment with ``SharedTenantLimiter`` (app/api/shared_limits.py: requests and concurrency drawn from
+PostgreSQL, issue 37 item 5):
 
 - **requests** (``OLU_TENANT_RATE_LIMIT`` per second, burst ``OLU_TENANT_RATE_LIMIT_BURST``): one token bucket;
 - **concurrency** (``OLU_TENANT_MAX_IN_FLIGHT``): requests of the tenant in flight at once in this process;
@@ -73,6 +75,7 @@ class TenantLimiter:
         self._tenants: OrderedDict[str, _Tenant] = OrderedDict()
         self._lock = threading.Lock()
         self.held = 0  # refusals being held back now (event loop only)
+        self.where = "in this process"  # the limits' scope, as the refusals name it
 
     @property
     def enabled(self) -> bool:
@@ -106,7 +109,7 @@ class TenantLimiter:
     def _state(self, tenant_id: str, now: float) -> _Tenant:
         t = self._tenants.get(tenant_id)
         if t is None:
-            t = self._tenants[tenant_id] = _Tenant(self.burst, self.compute_burst, now)
+            t = self._tenants[tenant_id] = _Tenant(self._first_tokens(), self.compute_burst, now)
             if len(self._tenants) > MAX_TENANTS:  # forget idle tenants first (their buckets are full)
                 for tid, st in list(self._tenants.items()):
                     if st.in_flight == 0 and tid != tenant_id:
@@ -116,32 +119,50 @@ class TenantLimiter:
             self._tenants.move_to_end(tenant_id)
             dt = max(0.0, now - t.last)
             if self.rate:
-                t.tokens = min(self.burst, t.tokens + dt * self.rate)
+                self._refill(t, dt)
             if self.share:  # drains by the requests in flight, refills at the share
                 t.compute = min(self.compute_burst, t.compute + dt * (self.share - t.in_flight))
             t.last = now
         return t
+
+    def _first_tokens(self) -> float:
+        return self.burst
+
+    def _refill(self, t: _Tenant, dt: float) -> None:
+        """The request bucket's refill over ``dt`` seconds (here: in process; shared_limits.py: from the database)."""
+        t.tokens = min(self.burst, t.tokens + dt * self.rate)
+
+    def _in_flight_cap(self, tenant_id: str, t: _Tenant) -> int:
+        """The tenant's requests this process may hold in flight now."""
+        return self.max_in_flight
+
+    async def admit_async(self, tenant_id: str) -> Refusal | None:
+        """``admit`` for the event loop (shared_limits.py may ask the database first)."""
+        return self.admit(tenant_id)
 
     def admit(self, tenant_id: str) -> Refusal | None:
         """None: admitted (call ``release`` when the request ends); else why not and when to retry."""
         now = self.clock()
         with self._lock:
             t = self._state(tenant_id, now)
-            if self.max_in_flight and t.in_flight >= self.max_in_flight:
-                return Refusal("tenant-concurrency", 1, f"This tenant has {t.in_flight} requests in flight in this "
-                               f"process, its limit (OLU_TENANT_MAX_IN_FLIGHT).")
+            if self.max_in_flight and t.in_flight >= self._in_flight_cap(tenant_id, t):
+                return Refusal("tenant-concurrency", 1, f"This tenant has {self.max_in_flight} requests in flight "
+                               f"{self.where}, its limit (OLU_TENANT_MAX_IN_FLIGHT).")
             if self.share and t.compute <= 0.0:
                 return Refusal("tenant-compute", _seconds(-t.compute / self.share if t.compute < 0 else 1.0),
                                f"This tenant's requests have occupied this process for more than its share "
                                f"({self.share:g} request-seconds per second, OLU_TENANT_COMPUTE_SHARE).")
             if self.rate:
                 if t.tokens < 1.0:
-                    return Refusal("tenant-requests", _seconds((1.0 - t.tokens) / self.rate),
+                    return Refusal("tenant-requests", self._token_wait(tenant_id, t, now),
                                    f"This tenant is limited to {self.rate:g} requests per second over all its keys "
                                    "(OLU_TENANT_RATE_LIMIT).")
                 t.tokens -= 1.0
             t.in_flight += 1
         return None
+
+    def _token_wait(self, tenant_id: str, t: _Tenant, now: float) -> int:
+        return _seconds((1.0 - t.tokens) / self.rate)
 
     def release(self, tenant_id: str) -> None:
         now = self.clock()

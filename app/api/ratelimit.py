@@ -151,7 +151,7 @@ class RateLimit:
         state = {"digest": digest, "tenant": None}  # deps.authenticate admits a key not attributed yet
         scope["olu.tenant_limits"] = state
         if tenant is not None:
-            refusal = limiter.admit(tenant)
+            refusal = await limiter.admit_async(tenant)
             if refusal is not None:
                 hold = limiter.hold_for(refusal)
                 if hold > 0:

@@ -15,6 +15,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from . import usage_shards
 from .files import prepare_sqlite_file, sqlite_file
 
 WRITE_OPTION = "olu_write"
@@ -57,6 +58,9 @@ class Database:
         self.engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # the tenant usage deltas a write noted are applied last, just before its commit (usage_shards.py)
+        event.listen(self._sessions, "before_commit", usage_shards.apply_pending)
+        event.listen(self._sessions, "after_rollback", usage_shards.discard_pending)
         self._own = threading.local()  # SQLite: each thread's own connection for short reads (own_read)
         self._own_connections: list[Connection] = []
 

@@ -34,11 +34,7 @@ class Tenant(Base):
     quota_records: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     quota_audit_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # 0017 (issue 37, F5-A)
-    # usage the quotas check, kept by every write in its own transaction (delta updates; app/services/quotas.py):
-    # live models, records held (n_records - n_forgotten) and bytes_stored summed over the tenant's live models
-    usage_models: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
-    usage_records: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
-    usage_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # live models, records held and bytes stored: in TenantUsageShard (0019; app/db/usage_shards.py)
     # what the tenant's forgets, deletions and checkpoints left for audit, never decreasing (app/services/audit_usage.py)
     usage_audit_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
@@ -358,3 +354,38 @@ class OperationReceipt(Base):
     operation_id: Mapped[str] = mapped_column(ForeignKey("operations.id"), primary_key=True)
     idx: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     receipt_id: Mapped[str] = mapped_column(String(40))
+
+
+class TenantUsageShard(Base):
+    """A slice of a tenant's usage counters (0019, issue 37 item 6): live models, records held and bytes stored of
+    the tenant's models whose id hashes to this shard, and the shard's slice of the remaining quota (``cap_*``,
+    computed for the limits in ``basis``); app/db/usage_shards.py."""
+    __tablename__ = "tenant_usage_shards"
+    tenant_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    shard: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    models: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    records: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    cap_models: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    cap_records: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    cap_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    basis: Mapped[str] = mapped_column(String(80), default="", server_default="")
+
+
+class TenantRateBucket(Base):
+    """A tenant's request bucket shared by every replica (0019, issue 37 item 5; app/api/shared_limits.py): tokens
+    left at ``updated_at`` (seconds, the database's clock)."""
+    __tablename__ = "tenant_rate_buckets"
+    tenant_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tokens: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class TenantSlot(Base):
+    """In-flight slots of a tenant held by one replica until ``expires_at`` (the database's clock), renewed while
+    the replica lives (0019; app/api/shared_limits.py)."""
+    __tablename__ = "tenant_slots"
+    tenant_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    replica: Mapped[str] = mapped_column(String(40), primary_key=True)
+    slots: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[float] = mapped_column(Float)

@@ -73,8 +73,9 @@ class ModelLifecycle(UseCase):
             q = select(Tenant.deleted_at).where(Tenant.id == tenant_id)
             if s.execute(q if self.db.is_sqlite else q.with_for_update()).scalar_one_or_none() is not None:
                 raise Problem(404, "tenant-not-found", "This tenant is deleted.")
-            self.quotas.check(s, tenant_id, {"models": 1, "bytes": len(blob)})
-            bump(s, tenant_id, models=1, stored=row.bytes_stored)  # the tenant's usage counters (quotas.py)
+            self.quotas.check(s, tenant_id, {"models": 1, "bytes": len(blob)})  # before the model's writes
+            bump(s, tenant_id, model_id, models=1, stored=row.bytes_stored)  # the tenant's usage counters (quotas.py)
+            self.quotas.check_locked(s, tenant_id, {"models": 1, "bytes": len(blob)})  # against concurrent learns
             s.add(row)
             s.flush()
             s.add(ModelState(model_id=model_id, version=1, blob=blob))
@@ -167,7 +168,7 @@ class ModelLifecycle(UseCase):
             {"model_id": model_id, "epoch": row.epoch, "receipt_id": receipt["id"], "kind": "erasure",
              "step": row.step, "sigma": 0.0, "rho": 0.0, "created_at": now}])
         # the model leaves the tenant's usage: one live model, its records held and its bytes (quotas.py)
-        bump(s, row.tenant_id, models=-1, records=-(row.n_records - row.n_forgotten - (row.n_dropped or 0)),
+        bump(s, row.tenant_id, model_id, models=-1, records=-(row.n_records - row.n_forgotten - (row.n_dropped or 0)),
              stored=-(row.bytes_stored or 0))
         row.status, row.published, row.deleted_at, row.updated_at = "deleted", None, now, now
         row.last_evaluation = None  # its figures go with the model

@@ -267,7 +267,7 @@ class _ModelRow:
             s.connection().execute(stmt, {"row_id": self._values["id"], **{k: self._values[k] for k in columns}})
             self._dirty.clear()
             held = self._held()
-            bump(s, self._values["tenant_id"], records=held[0] - self._usage[0], stored=held[1] - self._usage[1])
+            bump(s, self._values["tenant_id"], self._values["id"], records=held[0] - self._usage[0], stored=held[1] - self._usage[1])
             object.__setattr__(self, "_usage", held)
 
 

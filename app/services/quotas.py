@@ -5,10 +5,11 @@ with ``PUT /v1/tenants/{id}/quotas``) or, where that is NULL, the deployment's d
 ``OLU_TENANT_MAX_RECORDS``, ``OLU_TENANT_MAX_BYTES``); 0 means no limit.
 
 Usage is that of the tenant's live models: their number, their records held (``n_records - n_forgotten``) and
-their ``bytes_stored``, which every write sets (``model_bytes``).  It is kept as counters on the tenant row
-(``tenants.usage_models`` / ``usage_records`` / ``usage_bytes``, issue 32): every write adds its delta (``bump``)
-in its own transaction, so a quota check reads one row, not a sum over all the tenant's models (30 ms at 10⁴ models
-on PostgreSQL; docs/performance.md §10).  A model's bytes are the byte lengths of what the model keeps, namely
+their ``bytes_stored``, which every write sets (``model_bytes``).  It is kept as counters (issue 32), in shards by
+model (app/db/usage_shards.py, issue 37 item 6): every write adds its delta (``bump``) in its own transaction, so a
+quota check reads at most ``SHARDS`` rows, not a sum over all the tenant's models (30 ms at 10⁴ models on
+PostgreSQL; docs/performance.md §10), and writes to different models of a tenant do not queue on one row.  A model's
+bytes are the byte lengths of what the model keeps, namely
 its sealed secret state, and per record held 32 bytes of commitment and 8 of step in the record index, 32 more of
 example MAC for a family whose clients send features to forget, and for a family that keeps its data the example's
 8 (dim + 1) bytes and its 8-byte step in its sealed chunk (app/db/retained.py; a chunk's nonce, tag and wrapped key,
@@ -25,32 +26,28 @@ by at most what the records held then leave when they are forgotten or erased.
 
 A model creation past the models (or bytes) quota, and a learn past the records or bytes quota, answer 409
 ``quota-exceeded`` naming the quota, its limit and the usage, and change nothing: the learn is checked before it
-computes, and again in its write transaction under the tenant's row lock (so concurrent writes of one tenant cannot
-pass a quota together); a refusal there rolls the whole learn back.  Forgets, retrains and deletions are never
+computes, and again at the end of its write transaction against the committed usage, by quota escrow
+(app/db/usage_shards.py: each shard holds a slice of what is left of the quota; a write that its shard's slice
+cannot hold redistributes under the tenant's row lock), so concurrent writes of one tenant cannot pass a quota
+together; a refusal there rolls the whole learn back.  Forgets, retrains and deletions are never
 refused by a quota; forgetting records and deleting models give their quota back.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, select
 
+from ..db import usage_shards
 from ..db.tables import Tenant
 from ..errors import Problem
 
 QUOTAS = ("models", "records", "bytes", "audit_bytes")
 GROWING = ("models", "records")  # a request adding these is refused while the audit allowance is spent
 _T = Tenant.__table__
-_USAGE = select(_T.c.usage_models, _T.c.usage_records, _T.c.usage_bytes, _T.c.usage_audit_bytes).where(
-    _T.c.id == bindparam("tid"))
-# delta update in the writer's transaction: on PostgreSQL it takes the tenant's row lock (after the model's, the
-# order every write takes them in) and adds to what concurrent writers committed, so no delta is lost
-_BUMP = update(_T).where(_T.c.id == bindparam("tid")).values(
-    usage_models=_T.c.usage_models + bindparam("dm"), usage_records=_T.c.usage_records + bindparam("dr"),
-    usage_bytes=_T.c.usage_bytes + bindparam("db"))
+_AUDIT = select(_T.c.usage_audit_bytes).where(_T.c.id == bindparam("tid"))
 _QUOTAS = select(_T.c.quota_models, _T.c.quota_records, _T.c.quota_bytes, _T.c.quota_audit_bytes).where(
     _T.c.id == bindparam("tid"))
-_LOCK_TENANT = select(_T.c.id).where(_T.c.id == bindparam("tid")).with_for_update()
 INDEX_BYTES = 32 + 8  # commitment and step of a record in the record index
 MAC_BYTES = 32
 SEALED_OVERHEAD = 12 + 16  # AES-GCM nonce and tag of a sealed retained example
@@ -70,11 +67,11 @@ def model_bytes(state_bytes: int, records_held: int, per_record: int) -> int:
     return int(state_bytes) + int(records_held) * int(per_record)
 
 
-def bump(s, tenant_id: str, models: int = 0, records: int = 0, stored: int = 0) -> None:
-    """Add a write's change of the tenant's live models, records held and bytes stored to its usage counters, in
-    the write's transaction (a rollback takes it back with the write)."""
-    if models or records or stored:
-        s.connection().execute(_BUMP, {"tid": tenant_id, "dm": int(models), "dr": int(records), "db": int(stored)})
+def bump(s, tenant_id: str, model_id: str, models: int = 0, records: int = 0, stored: int = 0) -> None:
+    """Add a write's change of the tenant's live models, records held and bytes stored (by model ``model_id``) to
+    its usage counters, in the write's transaction (a rollback takes it back with the write).  Applied at the end
+    of the transaction (usage_shards.py), checked against the quotas where ``check_locked`` is called."""
+    usage_shards.note(s, tenant_id, model_id, models=models, records=records, stored=stored)
 
 
 class Quotas:
@@ -101,26 +98,24 @@ class Quotas:
 
     @staticmethod
     def usage(s, tenant_id: str) -> dict[str, int]:
-        row = s.connection().execute(_USAGE, {"tid": tenant_id}).first()
-        return dict(zip(QUOTAS, (0,) * len(QUOTAS) if row is None else (int(v) for v in row)))
-
-    def usage_locked(self, s, tenant_id: str) -> dict[str, int]:
-        """The usage read under the tenant's row lock (PostgreSQL; SQLite's write transaction holds the database's
-        write lock already): a concurrent write of the same tenant waits until this transaction ends, and what it
-        committed before is seen.  Locks are taken model first, then tenant, as every write does."""
-        if not self.db.is_sqlite:
-            s.connection().execute(_LOCK_TENANT, {"tid": tenant_id})
-        return self.usage(s, tenant_id)
+        conn = s.connection()
+        models, records, stored = usage_shards.usage(conn, tenant_id)
+        audit = conn.execute(_AUDIT, {"tid": tenant_id}).scalar_one_or_none()
+        return {"models": models, "records": records, "bytes": stored, "audit_bytes": int(audit or 0)}
 
     def check_locked(self, s, tenant_id: str, grew: dict[str, int]) -> None:
-        """After a write grew the tenant's data by ``grew``: 409 quota-exceeded if it passed a quota, the usage read
-        under the tenant's row lock (``usage_locked``).  When none of those quotas applies to the tenant, neither
-        the lock nor the usage is read (nothing would be checked against it)."""
+        """At the end of a write that grew the tenant's data by ``grew`` (noted with ``bump``): apply its pending
+        usage deltas now, 409 quota-exceeded if the committed usage plus ``grew`` passes a quota (exact under
+        concurrent writes: usage_shards.py's escrow), or if it grows the tenant while its audit allowance is spent
+        (read as committed: a concurrent forget may pass it by what it leaves, as the module docstring allows)."""
         limits = self.limits(s, tenant_id)
-        if not any(limits[k] is not None for k in grew):
-            return
-        after = self.usage_locked(s, tenant_id)
-        self.check(s, tenant_id, grew, usage={k: after[k] - grew.get(k, 0) for k in after}, limits=limits)
+        checked = tuple(k for k in grew if k in usage_shards.DIMENSIONS)
+        try:
+            usage_shards.grow(s, tenant_id, {k: limits[k] for k in usage_shards.DIMENSIONS}, checked)
+        except usage_shards.QuotaExceeded as e:
+            raise quota_problem(e.name, e.limit, e.usage, e.requested) from None
+        if any(k in GROWING for k in grew) and limits["audit_bytes"] is not None:
+            self.check(s, tenant_id, {"audit_bytes": 0}, limits=limits)
 
     def check(self, s, tenant_id: str, adding: dict[str, int], usage: dict[str, int] | None = None,
               limits: dict[str, int | None] | None = None) -> None:
