@@ -394,9 +394,9 @@ class UseCase:
         """Dense rows of a request for the model's spec: feature dictionaries hashed (app/features.py), the same
         function at learning, forgetting and prediction, then a public feature map's phi (app/feature_map.py); a
         request of the wrong shape is a 422 (``examples``: the request lists examples, as learn and unlearn do,
-        rather than predict's inputs)."""
+        rather than predict's inputs, whose phi is neither summed nor checked: its last block unpadded)."""
         try:
-            return map_encode(spec.feature_map, dense_rows(spec.features, spec.x_norm, X, F))
+            return map_encode(spec.feature_map, dense_rows(spec.features, spec.x_norm, X, F), fixed=examples)
         except FeatureError as e:
             raise feature_problem(e, examples=examples) from None
 
