@@ -108,7 +108,7 @@ def base_write(engine: Unlearner, model_id: str, version: int, cipher, blob: byt
     blob = pack_state(engine.state()) if blob is None else blob
     if digests is None and _patching(engine, len(blob)):
         digests = page_digests(blob)
-    sealed = blob if cipher is None else cipher.seal(blob, "state", model_id)
+    sealed = blob if cipher is None else cipher.seal_large(blob, "state", model_id)
     return StateWrite("base", sealed, LogInfo(base_version=version, stored=len(sealed), plain=len(blob),
                                               digests=digests, base_bytes=len(sealed)))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -40,6 +41,8 @@ from .receipts import ReceiptIssuer
 from .records import commitment_digests, open_record_key
 
 IN_CHUNK = 500  # bound on bound parameters per IN (...) query
+BESIDE_STATE_BYTES = 256 << 10  # a packed state from 256 KiB: its solve runs beside its packing (``UseCase._prepare``)
+_PUBLISHER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="olu-publish")
 
 
 def class_indices(spec, y: Any) -> Any:
@@ -431,6 +434,16 @@ class UseCase:
         solved (exact_ridge: a p x p system) nor while the state is packed, diffed and sealed: the published bytes
         and the state write (a base, or a delta when ``learned``, the batch a learn consumed, is one the stored
         state may log: app/state_store.py), for the version after ``row``'s."""
+        stored = self.registry.stored_of(engine)
+        if engine.publish_beside_state and stored is not None and stored.plain >= BESIDE_STATE_BYTES:
+            # a large state: the solve (BLAS, without the GIL) runs beside the packing and sealing of the state
+            solving = _PUBLISHER.submit(engine.published)
+            try:
+                write = self.registry.plan_write(engine, row.id, row.version + 1, learned)
+            finally:
+                wait([solving])  # the engine is never handed on while the solve still reads it
+            with numeric_guard():
+                return Prepared(published_bytes(solving.result()), write)
         with numeric_guard():
             published = published_bytes(engine.published())
         return Prepared(published, self.registry.plan_write(engine, row.id, row.version + 1, learned))

@@ -109,6 +109,7 @@ class ExactRidge(Unlearner):
         # concatenation bit for bit and the service may log a learn as its batch (app/state_store.py;
         # tests/test_state_log.py checks the claim); not a private model, whose learn may draw a release's noise
         self.learn_replays_exactly = self.private is None
+        self.publish_beside_state = True  # published() reads the sums (or the last release) and caches W only
         if self.private is not None:  # the instance states its own guarantee and accounting (read by the service)
             self.accounting = "dp_from_start"
             self.guarantee_definition = private.DEFINITION
