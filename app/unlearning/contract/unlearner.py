@@ -163,6 +163,11 @@ class Unlearner(ABC):
     @abstractmethod
     def state(self) -> State: ...
 
+    def stored_state(self) -> State:
+        """What the service stores of the state (packed and sealed at each base write): ``state()`` unless the family
+        has a more compact form that ``load_state`` also reads (exact_ridge: the upper triangle of its symmetric A)."""
+        return self.state()
+
     # ---- the contract -------------------------------------------------------------------
     @abstractmethod
     def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:

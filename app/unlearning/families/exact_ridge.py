@@ -66,7 +66,7 @@ from ..mechanism.noise import NoiseSource
 from . import ridge_private as private
 from .ridge_solve import GCV_STEPS, gcv_solve, solve_spd
 from .ridge_sums import (BLAS_SINGLE_THREAD, DEFAULT_GRID_BITS, GRID_BITS, LO_LIMIT, MIN_BLOCK_ROWS,  # noqa: F401
-                         RidgeGrid, WideInt, accumulate, block_rows)
+                         RidgeGrid, WideInt, accumulate, block_rows, from_upper, upper_state)
 
 DELETION_FEATURES = ("client", "retained")
 L2_SELECTION = ("fixed", "gcv")
@@ -266,18 +266,26 @@ class ExactRidge(Unlearner):
     def B(self) -> np.ndarray:
         return self.sums[1].lo
 
-    def state(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, s in zip(("A", "B", "C"), self.sums):
+    def state(self, upper: bool = False) -> dict[str, Any]:
+        """The sums and counters; ``upper``: A as its upper triangle ("A_upper", ridge_sums.upper_state)."""
+        out: dict[str, Any] = (upper and upper_state(self.sums[0], "A_upper")) or self.sums[0].state("A")
+        for name, s in zip(("B", "C"), self.sums[1:]):
             out.update(s.state(name))
         out.update({"t": self.t, "n_deletions": self.n_deletions, "epoch": self.epoch})
         if self.private is not None:
             out.update(self.private.state())
         return out
 
+    def stored_state(self) -> dict[str, Any]:
+        return self.state(upper=True)
+
     def load_state(self, state: Mapping[str, Any]) -> None:
         p, k = self.spec.dim + 1, self.grid.outputs
         shapes = {"A": (p, p), "B": (k, p), "C": (k,)}
+        if "A" not in state and "A_upper" in state:  # the stored form: A's upper triangle
+            hi = state.get("A_upper_hi")
+            lo, hi = from_upper(np.asarray(state["A_upper"]), None if hi is None else np.asarray(hi), p)
+            state = {**state, "A": lo, **({} if hi is None else {"A_hi": hi})}
         sums = []
         for name in ("A", "B", "C")[: 3 if self.gcv else 2]:
             if name not in state:
