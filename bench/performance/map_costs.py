@@ -1,5 +1,5 @@
 """Issue 39's cost targets for exact_ridge on a public feature map, through HTTP: ``python -m bench.performance.map_costs``
-(``--centres 1024``, ``--forgets 40``, ``--predicts 100``, ``--json PATH``).
+(``--centres 1024``, ``--forgets 40``, ``--predicts 100``, ``--json PATH``, ``--components``).
 
 One service (``python -m uvicorn app.main:app``, SQLite with synchronous=FULL, as the ``feature_maps`` section runs
 it), one tenant, two models learned on the same server in the same run:
@@ -14,7 +14,8 @@ the ratios exact_ridge / passive_olu and the targets (forget p50 <= 50 ms at D =
 Beside the wall times, the server process's CPU time per request (mean, all its threads, from /proc): on a shared
 machine the wall time also counts the waits for a core, the CPU time much less so.
 The forgets and predicts of the two models alternate, so both see the same load; ``uptime``'s load average is
-printed before and after.  Nothing here is asserted by the tests; the machine and its load decide the figures.
+printed before and after.  ``--components`` then times the parts of one forget in this process (``components``):
+the CPU time of one thread, which the load inflates least.  Nothing here is asserted by the tests; the machine and its load decide the figures.
 """
 from __future__ import annotations
 
@@ -155,6 +156,56 @@ def run(centres: int = 1024, forgets: int = 40, predicts: int = 100) -> dict[str
     return out
 
 
+def components(centres: int = 1024, repeats: int = 15) -> dict[str, float]:
+    """The parts of one exact_ridge forget at D = centres + 1, in this process, as the service runs them: the CPU time
+    of this thread (``time.thread_time``: what the machine's load inflates least), medians of ``repeats``."""
+    from app.crypto import Cipher
+    from app.db.state_codec import pack_state
+    from app.feature_map import map_rows, normalize_map
+    from app.receipts.canonical import parameters_sha256
+    from app.registry import ModelRegistry, build_spec
+    from app.unlearning import ArrayRetained
+
+    fm = normalize_map({"kind": "rbf", "centres": centres, "ranges": [[0, 15]] * RAW_DIM}, RAW_DIM, 1.0)
+    spec = build_spec({"name": "c", "algorithm": "exact_ridge", "loss": "squared", "dim": centres,
+                       "n_classes": CLASSES, "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0, "l2": 1e-3,
+                       "privacy": {"epsilon": 1.0, "delta": 1e-6}}, max_dim=100_000)
+    reg = ModelRegistry(cipher=Cipher(bytes(range(32))))
+    engine = reg.new_engine(spec)
+    rng = np.random.default_rng(39)
+    X = rng.integers(0, 16, size=(600, RAW_DIM)).astype(np.float64)
+    y = rng.integers(0, CLASSES, size=600).astype(np.float64)
+    P = map_rows(fm, X)
+    steps = engine.learn(P, y)
+
+    def cpu(fn) -> float:
+        out = []
+        for _ in range(repeats):
+            t = time.thread_time()
+            fn()
+            out.append(time.thread_time() - t)
+        return 1e3 * statistics.median(out)
+
+    def forget_and_back() -> None:
+        engine.forget([int(steps[0])], ArrayRetained([int(steps[0])], P[:1], y[:1]))
+        engine.learn(P[:1], y[:1])
+
+    def solve() -> None:
+        engine._published = None  # noqa: SLF001 - the bench times the solve the cache would skip
+        engine.published()
+
+    theta = engine.published()
+    return {"map 1 row, fixed 32-row block (forget) ms": cpu(lambda: map_rows(fm, X[:1])),
+            "map 1 row, unpadded (predict) ms": cpu(lambda: map_rows(fm, X[:1], fixed=False)),
+            "sums: forget 1 + learn 1 ms": cpu(forget_and_back),
+            "solve (Cholesky, one thread) ms": cpu(solve),
+            "state as stored: pack + seal ms": cpu(lambda: reg.dump(engine, "mdl_c")),
+            "state whole: pack ms": cpu(lambda: pack_state(engine.state())),
+            "receipt parameter hash ms": cpu(lambda: parameters_sha256(theta[:-1], float(theta[-1]))),
+            "stored bytes": float(len(reg.dump(engine, "mdl_c"))),
+            "whole bytes": float(len(pack_state(engine.state())))}
+
+
 def report(r: dict[str, Any]) -> str:
     met = {True: "met", False: "NOT met"}
     return "\n".join([
@@ -185,9 +236,16 @@ def main() -> None:
     ap.add_argument("--forgets", type=int, default=40)
     ap.add_argument("--predicts", type=int, default=100)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    ap.add_argument("--components", action="store_true",
+                    help="also time the parts of one forget in this process (CPU time of one thread)")
     a = ap.parse_args()
     r = run(a.centres, a.forgets, a.predicts)
     print(report(r))
+    if a.components:
+        r["components"] = components(a.centres)
+        print(f"  the parts of one forget at D = {a.centres + 1}, in process (CPU ms of one thread, median):")
+        for k, v in r["components"].items():
+            print(f"    {k:48}{v:>12.2f}" if "bytes" not in k else f"    {k:48}{v:>12.0f}")
     if a.json:
         a.json.write_text(json.dumps(r, indent=1, default=str) + "\n")
 

@@ -33,6 +33,18 @@ def _controller():
     return _CONTROLLER
 
 
+_PROCESS_LIMIT = None
+
+
+def limit_process(threads: int) -> None:
+    """Set every BLAS library of the process to ``threads`` threads from now on (0: leave the library's own count);
+    the service calls it once at start-up (``OLU_BLAS_THREADS``).  Pinned blocks restore this count after them."""
+    global _PROCESS_LIMIT
+    if threads > 0:
+        with _LOCK:
+            _PROCESS_LIMIT = _controller().limit(limits=int(threads), user_api="blas")  # kept: never restored
+
+
 @contextmanager
 def one_blas_thread() -> Iterator[None]:
     """Run the block with every BLAS library of the process on one thread (re-entrant)."""
