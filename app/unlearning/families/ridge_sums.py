@@ -218,7 +218,7 @@ class WideInt:
         return out
 
 
-# ---- A as stored: its upper triangle ----------------------------------------------------------------------------------
+# ---- A as stored: its upper triangle ------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=4)
 def _upper_mask(p: int) -> np.ndarray:
     mask = np.triu(np.ones((p, p), dtype=bool))

@@ -12,6 +12,10 @@ never interleave their set/restore, and the setting is restored to what it was. 
 block holds the pin run single-threaded for that time (slower, never different: nothing else here depends on the
 thread count).  Cost: ~12 us per block; a solve at p = 2 049 runs on one core instead of all (issue 37's
 measurement is in docs/performance.md).
+
+``limit_process`` sets the process's own count once (the service: ``OLU_BLAS_THREADS``, default 1, at start-up):
+OpenBLAS's idle workers spin for ~0.1 s after each threaded call or thread-count change, so a pool of 2 that every
+pinned block restored cost an exact_ridge forget at D = 1 025 ~180 ms of CPU (docs/performance.md §15).
 """
 from __future__ import annotations
 
