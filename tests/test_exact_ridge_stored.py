@@ -91,3 +91,40 @@ def test_a_triangle_of_the_wrong_size_is_refused():
             ExactRidge.from_state(e.spec, {**stored, "A_upper": bad})
     with pytest.raises(ValueError):
         from_upper(np.zeros(5, dtype=np.int64), None, 3)
+
+
+def test_a_solve_beside_the_state_that_leaves_the_float_range_is_a_422_and_changes_nothing(tmp_path, monkeypatch):
+    """A large state's weights are solved on a worker thread while the state is packed (model_core._prepare): a
+    NumericError there is the same 422 non-finite-result as on the request's thread, and nothing is written."""
+    from app.config import Settings
+    from app.errors import Problem
+    from app.main import create_app
+    from app.services import model_core
+    from app.unlearning.contract.errors import NumericError
+
+    (tmp_path / "data").mkdir()
+    app = create_app(Settings(data_dir=tmp_path / "data", log_level="WARNING"))
+    ctx = app.state.ctx
+    t = ctx.tenants.create_tenant("beside")["id"]
+    d = 200  # 165 kB stored: the test lowers BESIDE_STATE_BYTES below it
+    m = ctx.models.create(t, {"name": "r", "algorithm": "exact_ridge", "loss": "squared", "dim": d,
+                              "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0, "l2": 0.05,
+                              "privacy": {"epsilon": 1.0, "delta": 1e-6}})["id"]
+    X, y = data(4, 3, d)
+    ctx.models.learn(t, m, ["a"], X[:1], y[:1])
+    version = ctx.models.get(t, m)["version"]
+    monkeypatch.setattr(model_core, "BESIDE_STATE_BYTES", 1)
+    solved_beside = []
+
+    def overflow(self):
+        import threading
+        solved_beside.append(threading.current_thread().name)
+        raise NumericError("the published parameters are not finite")
+
+    monkeypatch.setattr(ExactRidge, "published", overflow)
+    with pytest.raises(Problem) as e:
+        ctx.models.learn(t, m, ["b"], X[1:2], y[1:2])
+    assert e.value.status == 422 and e.value.slug == "non-finite-result"
+    assert solved_beside and solved_beside[0].startswith("olu-publish")
+    assert ctx.models.get(t, m)["version"] == version
+    ctx.db.dispose()
