@@ -128,3 +128,23 @@ def test_a_solve_beside_the_state_that_leaves_the_float_range_is_a_422_and_chang
     assert solved_beside and solved_beside[0].startswith("olu-publish")
     assert ctx.models.get(t, m)["version"] == version
     ctx.db.dispose()
+
+
+@settings(deadline=None, max_examples=200)
+@given(rows=st.lists(st.integers(-1100, 1100), min_size=1, max_size=4),
+       cols=st.lists(st.integers(-1100, 1100), min_size=1, max_size=4),
+       near=st.sampled_from([0, 511, -511, 1022, -1022]), data_=st.data())
+def test_the_solves_scaling_is_ldexp_bit_for_bit(rows, cols, near, data_):
+    """ridge_sums.Scale (one multiplication by exact powers of two where they are normal floats, else ldexp) gives
+    ldexp's bits for integer-valued sums of any size: zeros, overflow to inf and subnormal results included."""
+    from app.unlearning.families.ridge_sums import Scale
+
+    rows = np.array(rows) + near // 2
+    cols = np.array(cols) + near // 2
+    words = data_.draw(st.lists(st.integers(-2**115, 2**115), min_size=len(rows) * len(cols),
+                                max_size=len(rows) * len(cols)))
+    x = np.array([float(w) for w in words]).reshape(len(rows), len(cols))
+    want = np.ldexp(x, -(rows[:, None] + cols[None, :]))
+    with np.errstate(over="ignore"):
+        got = Scale(rows, cols).apply(x.copy())
+    assert got.tobytes() == want.tobytes()

@@ -66,7 +66,7 @@ from ..mechanism.noise import NoiseSource
 from . import ridge_private as private
 from .ridge_solve import GCV_STEPS, gcv_solve, solve_spd
 from .ridge_sums import (BLAS_SINGLE_THREAD, DEFAULT_GRID_BITS, GRID_BITS, LO_LIMIT, MIN_BLOCK_ROWS,  # noqa: F401
-                         RidgeGrid, WideInt, accumulate, block_rows, from_upper, upper_state)
+                         RidgeGrid, Scale, WideInt, accumulate, block_rows, from_upper, upper_state)
 
 DELETION_FEATURES = ("client", "retained")
 L2_SELECTION = ("fixed", "gcv")
@@ -119,7 +119,7 @@ class ExactRidge(Unlearner):
         self.n_deletions = 0
         self.epoch = 0
         self._published: np.ndarray | None = None
-        self._exponents: tuple[np.ndarray, np.ndarray] | None = None
+        self._exponents: tuple[Scale, Scale] | None = None
 
     # ---- spec -----------------------------------------------------------------------------------------------------
     @classmethod
@@ -424,10 +424,10 @@ class ExactRidge(Unlearner):
     # ---- the published weights ---------------------------------------------------------------------------------------
     def _scaled(self, A: WideInt, B: WideInt) -> tuple[np.ndarray, np.ndarray]:
         """M = D A D and R = D B^T 2^-ky as float64 (D = diag(2^-k): the grid's scales, powers of two)."""
-        if self._exponents is None:  # the grid's, from the spec alone
+        if self._exponents is None:  # the grid's, from the spec alone; as powers of two where exact (ridge_sums)
             k = self.grid.exponents(self.spec.dim)
-            self._exponents = (-(k[:, None] + k[None, :]), -(k[None, :] + self.grid.ky))
-        return np.ldexp(A.to_float(), self._exponents[0]), np.ldexp(B.to_float(), self._exponents[1])
+            self._exponents = (Scale(k, k), Scale(np.full(1, self.grid.ky), k))
+        return self._exponents[0].apply(A.to_float()), self._exponents[1].apply(B.to_float())
 
     def weights(self) -> np.ndarray:
         """W (outputs x (d + 1)) from the sums alone (ridge_solve.py), deterministic in them.  A private model:
