@@ -51,6 +51,13 @@ class Settings(BaseSettings):
                           "batch, or the changed pages) instead of the whole state, folded into a new full state by "
                           "every forget and retrain and once the log passes half the state's size (issue 36; "
                           "docs/operations.md §7); false: every write stores the whole state.")
+    blas_threads: int = Field(
+        1, ge=0,
+        description="Threads of the BLAS libraries (OpenBLAS) in this process, set at start-up: 1 (default) runs "
+                    "every product and factorisation on the request's own thread, as the deterministic solves must "
+                    "anyway; more threads spin between calls (OpenBLAS's workers wait busily for ~0.1 s after each "
+                    "threaded call or thread-count change), which cost an exact_ridge forget at D = 1 025 ~180 ms "
+                    "of CPU on a 2-core machine.  0: the library's own count (OPENBLAS_NUM_THREADS, else the cores).")
     max_retained_records: int = Field(
         1_000_000, ge=1,
         description="The largest retained-record cap (hyperparameters.max_records) the service fills in for a "

@@ -307,9 +307,14 @@ def prepared(fm: Mapping[str, Any]) -> _Prepared:
         return built
 
 
-def map_rows(fm: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
+def map_rows(fm: Mapping[str, Any], X: np.ndarray, fixed: bool = True) -> np.ndarray:
     """phi of raw rows X (n x input_dim, finite): scaled and clipped, mapped, projected onto the ball of radius
-    ``fm["bound"]``.  Row i's result is the same whatever the other rows (see the module docstring)."""
+    ``fm["bound"]``.  ``fixed`` (learn and forget): row i's result is the same whatever the other rows (see the
+    module docstring), every product padded to ``BLOCK`` rows.  Not ``fixed`` (predict and evaluate, whose phi is
+    never summed nor checked against a record's check code): the last block is not padded, so a 1-row predict
+    forms one 1-row product instead of a 32-row one (at 1 024 centres the product is ~97 % of the map's work); its
+    phi may then differ from the padded one in the last bits (round-off of another summation order, ~1e-16
+    relative), which can change an answer only at an exact tie between two classes' scores."""
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]
     prep = prepared(fm)
@@ -320,11 +325,12 @@ def map_rows(fm: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"), _one_blas_thread():
         for a in range(0, n, BLOCK):
             m = min(BLOCK, n - a)
+            block = Z if fixed else Z[:m]
             Z[m:] = 0.0  # the last block's padding
             np.subtract(X[a : a + m], centre, out=Z[:m])
             Z[:m] /= scale  # a huge x may overflow to +-inf here: clipped next
-            np.clip(Z, -fm["clip"], fm["clip"], out=Z)
-            out[a : a + m] = prep.apply(Z)[:m]
+            np.clip(block, -fm["clip"], fm["clip"], out=block)
+            out[a : a + m] = prep.apply(block)[:m]
     return clip_rows(out, fm["bound"] * MARGIN)
 
 
@@ -349,13 +355,14 @@ def check_rows(fm: Mapping[str, Any], X: Any) -> np.ndarray:
     return A
 
 
-def encode(fm: Mapping[str, Any] | None, X: Any) -> Any:
+def encode(fm: Mapping[str, Any] | None, X: Any, fixed: bool = True) -> Any:
     """The rows the engine takes: ``X`` itself for a model without a map, else phi of the checked raw rows, at
-    most ``fm["max_rows"]`` of them (413 batch-too-large through ``FeatureError``, code batch-too-large)."""
+    most ``fm["max_rows"]`` of them (413 batch-too-large through ``FeatureError``, code batch-too-large).
+    ``fixed``: every product of the map's one shape (``map_rows``): learn and forget; predict may pass False."""
     if fm is None:
         return X
     check_count(fm, len(X))
-    return map_rows(fm, check_rows(fm, X))
+    return map_rows(fm, check_rows(fm, X), fixed)
 
 
 def check_count(fm: Mapping[str, Any] | None, n: int) -> None:

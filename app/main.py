@@ -28,6 +28,7 @@ from .registry import ModelRegistry
 from .startup import (ConfigurationError, database_unreachable, load_cipher, load_keyring, load_settings,
                       open_database, prepare_data_dir, refuse)
 from .unlearning import kernels_status
+from .unlearning.maths.blas import limit_process
 from .services.idempotency import IdempotencyStore
 from .services.models import ModelService
 from .services.operation_runner import OperationRunner
@@ -172,6 +173,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     prepare_data_dir(settings)
     keyring = load_keyring(settings)  # before the storage: a refused key leaves nothing created or migrated
     db, cipher = open_storage(settings)
+    limit_process(settings.blas_threads)  # before any request: one BLAS thread by default (config.py blas_threads)
     registry = ModelRegistry(cipher=cipher, state_log=settings.state_log)
     _log_kernel_warmup()
     metrics = Metrics()

@@ -379,4 +379,4 @@ class ModelRegistry:
             raise TypeError("dump() needs the model id to seal the state (it is the AES-GCM AAD)")
         write = state_store.base_write(engine, model_id or "", 0, self.cipher)
         self._planned[engine] = write.info
-        return write.payload
+        return bytes(write.payload)

@@ -80,7 +80,7 @@ def rebuild(spec: ModelSpec, model_id: str, stored: state_log.Stored, cipher) ->
             j += 1
         if kind == "patch":
             if engine is not None:
-                blob, engine = pack_state(engine.state()), None
+                blob, engine = pack_state(engine.stored_state()), None
             for _, _, patch in deltas[i:j]:
                 blob = apply_page_patch(blob, patch)
         elif kind == "learn":
@@ -105,10 +105,10 @@ def rebuild(spec: ModelSpec, model_id: str, stored: state_log.Stored, cipher) ->
 
 def base_write(engine: Unlearner, model_id: str, version: int, cipher, blob: bytes | None = None,
                digests: bytes | None = None) -> StateWrite:
-    blob = pack_state(engine.state()) if blob is None else blob
+    blob = pack_state(engine.stored_state()) if blob is None else blob
     if digests is None and _patching(engine, len(blob)):
         digests = page_digests(blob)
-    sealed = blob if cipher is None else cipher.seal(blob, "state", model_id)
+    sealed = blob if cipher is None else cipher.seal_large(blob, "state", model_id)
     return StateWrite("base", sealed, LogInfo(base_version=version, stored=len(sealed), plain=len(blob),
                                               digests=digests, base_bytes=len(sealed)))
 
@@ -129,7 +129,7 @@ def plan(engine: Unlearner, model_id: str, version: int, info: LogInfo | None, c
         if not _fits(info, len(plain)):
             return base_write(engine, model_id, version, cipher)
         return StateWrite("learn", plain, _logged(info, plain, cipher, info.digests))
-    blob = pack_state(engine.state())
+    blob = pack_state(engine.stored_state())
     patch, digests = page_patch(blob, info.digests)
     if patch is None or not _fits(info, len(patch)):
         return base_write(engine, model_id, version, cipher, blob, digests)

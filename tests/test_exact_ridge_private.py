@@ -168,8 +168,8 @@ def _attack_ranks(publication: str, trials: int, seed: int = 0) -> list[int]:
         dist = []
         for j in held:
             Aj, Bj = A - np.multiply.outer(Xq[j], Xq[j]), B - np.multiply.outer(Tq[j], Xq[j])
-            M = np.ldexp(np.array(Aj, dtype=np.float64), e._exponents[0])
-            R = np.ldexp(np.array(Bj, dtype=np.float64), e._exponents[1])
+            M = np.ldexp(np.array(Aj, dtype=np.float64), e._exponents[0].exponents)
+            R = np.ldexp(np.array(Bj, dtype=np.float64), e._exponents[1].exponents)
             M.flat[:: d + 2] += s.l2 + shift
             dist.append(float(np.linalg.norm(solve_spd(M, R, s.l2) - after)))
         ranks.append(1 + int(np.sum(np.array(dist) < dist[held.index(int(victim))])))

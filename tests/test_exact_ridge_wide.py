@@ -199,7 +199,7 @@ def test_two_servers_differing_only_in_blas_threads_publish_identical_weights(tm
         d = tmp_path / f"t{threads}"
         d.mkdir()
         env = service_env(d, f"sqlite:///{d / 'olu.db'}", OPENBLAS_NUM_THREADS=str(threads),
-                          OMP_NUM_THREADS=str(threads))
+                          OMP_NUM_THREADS=str(threads), OLU_BLAS_THREADS="0")  # the library's count, not the pin
         procs.append(ServiceProcess(env, d / "service.log").launch())
     try:
         for p in procs:

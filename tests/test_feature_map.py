@@ -138,6 +138,22 @@ def test_a_rows_phi_does_not_depend_on_the_request(kind, dim, centres):
         assert np.array_equal(map_rows(fm, X[i:i + 1]), whole[i:i + 1])
 
 
+@pytest.mark.parametrize("kind, dim, centres", [("rbf", 16, 1024), ("rff", 4, 256), ("rbf", 2, 8)])
+def test_predicts_unpadded_products_agree_with_the_fixed_shape(kind, dim, centres):
+    """Predict's map (``fixed=False``: the last block not padded to 32 rows) gives the learned phi up to round-off,
+    within the bound, and bit for bit wherever the rows fill whole blocks (the same products)."""
+    fm = fm_of(kind, dim, centres)
+    X = np.random.default_rng(3).normal(size=(70, dim)) * 2
+    whole = map_rows(fm, X)
+    for n in (1, 2, 31, 33, 70):
+        fast = map_rows(fm, X[:n], fixed=False)
+        assert fast.shape == (n, centres)
+        assert np.allclose(fast, whole[:n], rtol=0, atol=1e-12)
+        assert np.all(np.linalg.norm(fast, axis=1) <= fm["bound"])
+    assert np.array_equal(map_rows(fm, X[:64], fixed=False), whole[:64])
+    assert np.array_equal(fmap.encode(fm, X[:1].tolist(), fixed=False), map_rows(fm, X[:1], fixed=False))
+
+
 def test_the_precomputation_rebuilds_bit_for_bit():
     fm = fm_of("rbf", 5, 300)
     X = np.random.default_rng(3).normal(size=(9, 5))

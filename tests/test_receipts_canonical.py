@@ -109,6 +109,24 @@ def test_parameters_sha256():
     assert parameters_sha256(m, 1.0) == hashlib.sha256(np.append(m.ravel(), 1.0).astype("<f8").tobytes()).hexdigest()
     with pytest.raises(ValueError):
         parameters_sha256([1.0, float("nan")], 0.0)
+    for bad in (np.array([1.0, np.inf]), np.array([[0.0], [np.nan]])):  # an array is checked in one call too
+        with pytest.raises(ValueError, match="non-finite"):
+            parameters_sha256(bad, 0.0)
+    with pytest.raises(ValueError, match="bias"):
+        parameters_sha256(np.zeros(3), np.array([np.nan]))
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=0, max_size=40),
+       st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(["<f8", ">f8"]), st.booleans())
+def test_parameters_sha256_of_an_array_is_the_value_by_value_hash(w, b, order, strided):
+    """A numpy array is hashed in one call (its bytes), a list value by value: the same hash, -0.0 and
+    subnormals included, whatever the array's byte order or strides."""
+    want = hashlib.sha256(struct.pack(f"<{len(w) + 1}d", *w, b)).hexdigest()
+    a = np.array(w, dtype=order)
+    if strided:  # a non-contiguous view of the same values
+        a = np.repeat(a, 2)[::2]
+    assert parameters_sha256(a, b) == want == parameters_sha256(list(w), b)
+    assert parameters_sha256(np.append(a, b), None) == want
 
 
 _json_scalars = st.none() | st.booleans() | st.text(max_size=8) | st.integers(-2**53 + 1, 2**53 - 1) | \

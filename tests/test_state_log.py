@@ -28,7 +28,7 @@ from app.unlearning import ALGORITHMS, engine_class
 
 from .forensics import needles_of, scan
 
-D = 200  # exact_ridge's state at d = 200 is 330 kB: its learns are logged as deltas
+D = 200  # exact_ridge's state at d = 200 is 330 kB (165 kB stored: A's upper triangle): its learns are logged as deltas
 RIDGE = {"name": "ridge", "algorithm": "exact_ridge", "loss": "squared", "dim": D,
          "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0, "l2": 0.05,
          "privacy": {"epsilon": 1.0, "delta": 1e-6}}
@@ -108,7 +108,7 @@ def test_learns_are_logged_and_a_rebuilt_engine_has_the_same_bits(svc):
         stored, = conn.execute("SELECT bytes_stored FROM models WHERE id = ?", (m,)).fetchone()
         base, = conn.execute("SELECT length(blob) FROM model_states WHERE model_id = ?", (m,)).fetchone()
         logged, = conn.execute("SELECT sum(length(sealed)) FROM model_state_deltas WHERE model_id = ?", (m,)).fetchone()
-    assert stored >= base + logged and logged < base / 10
+    assert stored >= base + logged and logged < base / 5  # the base stores A's upper triangle: ~165 kB at d = 200
 
 
 def _replays(cls, s, X, y) -> bool:

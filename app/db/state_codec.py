@@ -19,7 +19,7 @@ _DTYPES = {"f8": np.dtype("<f8"), "i8": np.dtype("<i8")}
 def pack_state(state: Mapping[str, Any]) -> bytes:
     arrays: dict[str, list] = {}
     scalars: dict[str, Any] = {}
-    chunks: list[bytes] = []
+    chunks: list[np.ndarray] = []
     offset = 0
     for name, value in state.items():
         if isinstance(value, np.ndarray):
@@ -29,10 +29,10 @@ def pack_state(state: Mapping[str, Any]) -> bytes:
                 code, arr = "i8", np.asarray(value, dtype="<i8")
             else:
                 raise TypeError(f"state array {name!r} has unsupported dtype {value.dtype}")
-            raw = arr.tobytes(order="C")
-            arrays[name] = [code, list(arr.shape), offset, len(raw)]
+            raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)  # joined below: one copy, not two
+            arrays[name] = [code, list(arr.shape), offset, raw.nbytes]
             chunks.append(raw)
-            offset += len(raw)
+            offset += raw.nbytes
         elif isinstance(value, (bool, np.bool_)):
             scalars[name] = bool(value)
         elif isinstance(value, (int, np.integer)):

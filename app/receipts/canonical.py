@@ -153,8 +153,27 @@ def parameters_sha256(weights: Any, bias: Any) -> str:
     their K x (d + 1) matrix row-major).  A client recomputes this from ``GET /v1/models/{id}/parameters``:
     ``sha256(struct.pack('<%dd' % n, *weights, bias))`` (softmax: ``*weights`` alone).
     """
-    vals = _floats(weights, "weights") + ([] if bias is None else _floats(bias, "bias"))
-    return hashlib.sha256(struct.pack(f"<{len(vals)}d", *vals)).hexdigest()
+    h = hashlib.sha256()
+    for values, what in ((weights, "weights"), (bias, "bias")):
+        if values is not None:
+            h.update(_float_bytes(values, what))
+    return h.hexdigest()
+
+
+def _float_bytes(values: Any, what: str) -> bytes:
+    """The little-endian float64 bytes of ``values`` (flattened in C order); a numpy array in one call (26 650
+    parameters at D = 1 025 x 26 classes: ~0.1 ms instead of ~10 ms value by value), anything else value by value:
+    the same bytes either way."""
+    if hasattr(values, "ravel") and hasattr(values, "astype") and hasattr(values, "tobytes"):
+        import numpy as np  # the caller passed a numpy array: numpy is there
+
+        flat = np.ascontiguousarray(values, dtype="<f8").ravel()
+        if not np.isfinite(flat).all():
+            bad = float(flat[~np.isfinite(flat)][0])
+            raise ValueError(f"{what} contains a non-finite value ({bad!r}); published parameters must be finite")
+        return flat.tobytes()
+    vals = _floats(values, what)
+    return struct.pack(f"<{len(vals)}d", *vals)
 
 
 def erased_records_sha256(commitments: Sequence[bytes | str]) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -40,6 +41,8 @@ from .receipts import ReceiptIssuer
 from .records import commitment_digests, open_record_key
 
 IN_CHUNK = 500  # bound on bound parameters per IN (...) query
+BESIDE_STATE_BYTES = 256 << 10  # a packed state from 256 KiB: its solve runs beside its packing (``UseCase._prepare``)
+_PUBLISHER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="olu-publish")
 
 
 def class_indices(spec, y: Any) -> Any:
@@ -215,6 +218,9 @@ def _insert_erased(conn, rows: Sequence[tuple]) -> None:
 
 
 _MODELS = Model.__table__
+# a predict reads the version alone while its published parameters are cached (213 kB at D = 1 025 x 26 classes)
+_PREDICT_VERSION = select(_MODELS.c.version).where(
+    _MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"), _MODELS.c.status != "deleted")
 _PREDICT_COLUMNS = select(_MODELS.c.version, _MODELS.c.spec_json, _MODELS.c.published, _MODELS.c.ledger_json).where(
     _MODELS.c.id == bindparam("mid"), _MODELS.c.tenant_id == bindparam("tid"), _MODELS.c.status != "deleted")
 # what the write paths read of the model row (the columns they only write, and the view's, are not fetched)
@@ -394,9 +400,9 @@ class UseCase:
         """Dense rows of a request for the model's spec: feature dictionaries hashed (app/features.py), the same
         function at learning, forgetting and prediction, then a public feature map's phi (app/feature_map.py); a
         request of the wrong shape is a 422 (``examples``: the request lists examples, as learn and unlearn do,
-        rather than predict's inputs)."""
+        rather than predict's inputs, whose phi is neither summed nor checked: its last block unpadded)."""
         try:
-            return map_encode(spec.feature_map, dense_rows(spec.features, spec.x_norm, X, F))
+            return map_encode(spec.feature_map, dense_rows(spec.features, spec.x_norm, X, F), fixed=examples)
         except FeatureError as e:
             raise feature_problem(e, examples=examples) from None
 
@@ -431,6 +437,16 @@ class UseCase:
         solved (exact_ridge: a p x p system) nor while the state is packed, diffed and sealed: the published bytes
         and the state write (a base, or a delta when ``learned``, the batch a learn consumed, is one the stored
         state may log: app/state_store.py), for the version after ``row``'s."""
+        stored = self.registry.stored_of(engine)
+        if engine.publish_beside_state and stored is not None and stored.plain >= BESIDE_STATE_BYTES:
+            # a large state: the solve (BLAS, without the GIL) runs beside the packing and sealing of the state
+            solving = _PUBLISHER.submit(engine.published)
+            try:
+                write = self.registry.plan_write(engine, row.id, row.version + 1, learned)
+            finally:
+                wait([solving])  # the engine is never handed on while the solve still reads it
+            with numeric_guard():
+                return Prepared(published_bytes(solving.result()), write)
         with numeric_guard():
             published = published_bytes(engine.published())
         return Prepared(published, self.registry.plan_write(engine, row.id, row.version + 1, learned))

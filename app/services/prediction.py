@@ -14,7 +14,7 @@ from ..feature_map import check_count, encode as map_encode
 from ..features import FeatureError, chunk_rows, dense_rows, dense_width
 from ..registry import (loss_for, published_array, spec_from_json)
 from ..unlearning import InputError, engine_class
-from .model_core import (UseCase, _PREDICT_COLUMNS, feature_problem)
+from .model_core import (UseCase, _PREDICT_COLUMNS, _PREDICT_VERSION, feature_problem)
 
 
 class NotInline(Exception):
@@ -40,13 +40,18 @@ class Prediction(UseCase):
     def predict(self, tenant_id: str, model_id: str, X: list[list[float]] | None, inline: bool = False,
                 features: list | None = None) -> dict[str, Any]:
         self._check_batch(len(X) if X is not None else len(features or ()))
-        # one prebuilt Core query of the columns a prediction needs
+        # prebuilt Core queries: the version (one indexed read), and the columns a prediction needs only for a version
+        # whose published parameters this process has not decoded yet
+        found = None
         with (self.db.own_read() if inline else self.db.read_connection()) as conn:
-            found = conn.execute(_PREDICT_COLUMNS, {"mid": model_id, "tid": tenant_id}).first()
-        if found is None:
-            raise Problem(404, "model-not-found", f"No model {model_id}.")
-        version = found[0]
-        published = self._published.get((model_id, version))
+            version = conn.execute(_PREDICT_VERSION, {"mid": model_id, "tid": tenant_id}).scalar()
+            published = None if version is None else self._published.get((model_id, version))
+            if published is None:  # the columns, published parameters included, only for a version not cached
+                found = conn.execute(_PREDICT_COLUMNS, {"mid": model_id, "tid": tenant_id}).first()
+                if found is None:
+                    raise Problem(404, "model-not-found", f"No model {model_id}.")
+                version = found[0]
+                published = self._published.get((model_id, version))
         if published is None:  # decoded once per (model, version): a version never changes once written
             ledger = json.loads(found[3])
             spec = spec_from_json(found[1])
@@ -102,7 +107,7 @@ class Prediction(UseCase):
         dim = spec.dim
         if encoded:
             try:
-                X = map_encode(spec.feature_map, dense_rows(spec.features, spec.x_norm, X, features))
+                X = map_encode(spec.feature_map, dense_rows(spec.features, spec.x_norm, X, features), fixed=False)
             except FeatureError as e:
                 if e.index is not None:
                     e.index += offset

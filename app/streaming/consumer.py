@@ -279,7 +279,7 @@ def _why(db, api_key: str) -> str:
 
 def build(settings, api_key: str, config: ConsumerConfig) -> tuple[Consumer, Any]:
     """The consumer on the configured database, signing receipts with the service's key ring (as the API)."""
-    from ..main import open_storage
+    from ..main import limit_process, open_storage
     from ..receipts.keystore import load_or_create_keyring
     from ..registry import ModelRegistry
     from ..services.models import ModelService
@@ -296,6 +296,7 @@ def build(settings, api_key: str, config: ConsumerConfig) -> tuple[Consumer, Any
         raise RuntimeError(f"the API key given to the consumer is not a valid tenant key ({_why(db, api_key)})")
     if "write" not in principal.scopes:
         log.warning("the consumer's key has no 'write' scope: events without their own key will be dead-lettered")
+    limit_process(settings.blas_threads)  # as the HTTP service (config.py blas_threads)
     models = ModelService(db, ModelRegistry(cipher=cipher, state_log=settings.state_log), ReceiptIssuer(keyring), settings)
     tid = principal.tenant_id
     applier = Applier(db, models, tenants, tid, api_key, max_batch=settings.max_batch,

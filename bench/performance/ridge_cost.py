@@ -85,8 +85,8 @@ def measure(d: int) -> dict[str, Any]:
         wide = _median(new(rows, True), reps) / 2
         out[name] = {"before": before, "after": after, "after_two_words": wide}
     def old_solve():  # the weights before: the scaled sums from one word each, then LU with the library's threads
-        M = np.ldexp(e.sums[0].lo.astype(np.float64), e._exponents[0])
-        R = np.ldexp(e.sums[1].lo.astype(np.float64), e._exponents[1])
+        M = np.ldexp(e.sums[0].lo.astype(np.float64), e._exponents[0].exponents)
+        R = np.ldexp(e.sums[1].lo.astype(np.float64), e._exponents[1].exponents)
         M.flat[:: M.shape[0] + 1] += s.l2
         return np.linalg.solve(M, R.T)
 

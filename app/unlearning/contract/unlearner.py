@@ -164,6 +164,11 @@ class Unlearner(ABC):
     @abstractmethod
     def state(self) -> State: ...
 
+    def stored_state(self) -> State:
+        """What the service stores of the state (packed and sealed at each base write): ``state()`` unless the family
+        has a more compact form that ``load_state`` also reads (exact_ridge: the upper triangle of its symmetric A)."""
+        return self.state()
+
     # ---- the contract -------------------------------------------------------------------
     @abstractmethod
     def learn(self, X: np.ndarray, y: np.ndarray, retained: RetainedData | None = None) -> np.ndarray:
@@ -200,6 +205,10 @@ class Unlearner(ABC):
     # a few kB) instead of the whole state, and rebuilds a version by re-learning the batches logged since the last
     # full state (app/db/state_log.py); every forget folds that log into a full state again.
     learn_replays_exactly: ClassVar[bool] = False
+    # True when ``published()`` and ``state()`` only read what a learn or forget left (any cache ``published`` fills
+    # is not part of ``state``): the service may then solve the published parameters on one thread while it packs
+    # and seals the state on another (exact_ridge at D = 1 025: a Cholesky beside an 8 MiB state).
+    publish_beside_state: ClassVar[bool] = False
 
     def accounting_params(self) -> dict[str, Any] | None:
         """Parameters of the ledger policy in ``app.privacy`` that this model's Gaussian certificates must fit

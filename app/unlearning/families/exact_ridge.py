@@ -66,7 +66,7 @@ from ..mechanism.noise import NoiseSource
 from . import ridge_private as private
 from .ridge_solve import GCV_STEPS, gcv_solve, solve_spd
 from .ridge_sums import (BLAS_SINGLE_THREAD, DEFAULT_GRID_BITS, GRID_BITS, LO_LIMIT, MIN_BLOCK_ROWS,  # noqa: F401
-                         RidgeGrid, WideInt, accumulate, block_rows)
+                         RidgeGrid, Scale, WideInt, accumulate, block_rows, from_upper, upper_state)
 
 DELETION_FEATURES = ("client", "retained")
 L2_SELECTION = ("fixed", "gcv")
@@ -109,6 +109,7 @@ class ExactRidge(Unlearner):
         # concatenation bit for bit and the service may log a learn as its batch (app/state_store.py;
         # tests/test_state_log.py checks the claim); not a private model, whose learn may draw a release's noise
         self.learn_replays_exactly = self.private is None
+        self.publish_beside_state = True  # published() reads the sums (or the last release) and caches W only
         if self.private is not None:  # the instance states its own guarantee and accounting (read by the service)
             self.accounting = "dp_from_start"
             self.guarantee_definition = private.DEFINITION
@@ -118,7 +119,7 @@ class ExactRidge(Unlearner):
         self.n_deletions = 0
         self.epoch = 0
         self._published: np.ndarray | None = None
-        self._exponents: tuple[np.ndarray, np.ndarray] | None = None
+        self._exponents: tuple[Scale, Scale] | None = None
 
     # ---- spec -----------------------------------------------------------------------------------------------------
     @classmethod
@@ -266,18 +267,26 @@ class ExactRidge(Unlearner):
     def B(self) -> np.ndarray:
         return self.sums[1].lo
 
-    def state(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, s in zip(("A", "B", "C"), self.sums):
+    def state(self, upper: bool = False) -> dict[str, Any]:
+        """The sums and counters; ``upper``: A as its upper triangle ("A_upper", ridge_sums.upper_state)."""
+        out: dict[str, Any] = (upper and upper_state(self.sums[0], "A_upper")) or self.sums[0].state("A")
+        for name, s in zip(("B", "C"), self.sums[1:]):
             out.update(s.state(name))
         out.update({"t": self.t, "n_deletions": self.n_deletions, "epoch": self.epoch})
         if self.private is not None:
             out.update(self.private.state())
         return out
 
+    def stored_state(self) -> dict[str, Any]:
+        return self.state(upper=True)
+
     def load_state(self, state: Mapping[str, Any]) -> None:
         p, k = self.spec.dim + 1, self.grid.outputs
         shapes = {"A": (p, p), "B": (k, p), "C": (k,)}
+        if "A" not in state and "A_upper" in state:  # the stored form: A's upper triangle
+            hi = state.get("A_upper_hi")
+            lo, hi = from_upper(np.asarray(state["A_upper"]), None if hi is None else np.asarray(hi), p)
+            state = {**state, "A": lo, **({} if hi is None else {"A_hi": hi})}
         sums = []
         for name in ("A", "B", "C")[: 3 if self.gcv else 2]:
             if name not in state:
@@ -416,10 +425,10 @@ class ExactRidge(Unlearner):
     # ---- the published weights ---------------------------------------------------------------------------------------
     def _scaled(self, A: WideInt, B: WideInt) -> tuple[np.ndarray, np.ndarray]:
         """M = D A D and R = D B^T 2^-ky as float64 (D = diag(2^-k): the grid's scales, powers of two)."""
-        if self._exponents is None:  # the grid's, from the spec alone
+        if self._exponents is None:  # the grid's, from the spec alone; as powers of two where exact (ridge_sums)
             k = self.grid.exponents(self.spec.dim)
-            self._exponents = (-(k[:, None] + k[None, :]), -(k[None, :] + self.grid.ky))
-        return np.ldexp(A.to_float(), self._exponents[0]), np.ldexp(B.to_float(), self._exponents[1])
+            self._exponents = (Scale(k, k), Scale(np.full(1, self.grid.ky), k))
+        return self._exponents[0].apply(A.to_float()), self._exponents[1].apply(B.to_float())
 
     def weights(self) -> np.ndarray:
         """W (outputs x (d + 1)) from the sums alone (ridge_solve.py), deterministic in them.  A private model:

@@ -22,6 +22,7 @@ that hold the sums beyond int64 (issue 36 item 5).  The family is in exact_ridge
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -215,6 +216,62 @@ class WideInt:
         if self.hi is not None:
             out[name + "_hi"] = self.hi.copy()
         return out
+
+
+class Scale:
+    """x 2^-(r_i + c_j) elementwise (``np.ldexp`` with those exponents), for the solve's D A D and D B^T: by one
+    multiplication with the powers 2^-(r_i + c_j), formed as the outer product of 2^-r and 2^-c (exact), wherever
+    every 2^-r_i, 2^-c_j and 2^-(r_i + c_j) is a normal float (exponents in [-1022, 1023]): x 2^e is then the
+    correctly rounded exact product either way, the same bits as ldexp, overflow and subnormal results included;
+    ~7 ms less at p = 1 025.  Else ldexp itself."""
+
+    def __init__(self, rows: np.ndarray, cols: np.ndarray):
+        self.rows, self.cols = (np.asarray(v, dtype=np.int64) for v in (rows, cols))
+        self.exponents = -(self.rows[:, None] + self.cols[None, :])
+        self.exact = all(v.size == 0 or (-v.max() >= -1022 and -v.min() <= 1023)
+                         for v in (self.rows, self.cols, self.exponents))
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        """x 2^-(r_i + c_j), in place on ``x`` (a float64 array the caller owns) where the powers serve."""
+        if not self.exact:
+            return np.ldexp(x, self.exponents)
+        x *= np.multiply.outer(np.ldexp(1.0, -self.rows), np.ldexp(1.0, -self.cols))
+        return x
+
+
+# ---- A as stored: its upper triangle ------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4)
+def _upper_mask(p: int) -> np.ndarray:
+    mask = np.triu(np.ones((p, p), dtype=bool))
+    mask.setflags(write=False)
+    return mask
+
+
+def upper_state(A: WideInt, name: str) -> dict[str, np.ndarray] | None:
+    """A = sum q q^T is symmetric, exactly (integer sums): its stored form is the upper triangle, row-major, as
+    ``name`` (and ``name_hi``): p (p + 1) / 2 entries, half the bytes to pack, seal, write and checkpoint at every
+    forget (8 MiB -> 4 MiB at D = 1 025).  Checked, not assumed (~2 ms at p = 1 025): None if A is not symmetric, and
+    the caller stores it whole."""
+    if A.lo.ndim != 2 or not np.array_equal(A.lo, A.lo.T) or (A.hi is not None and not np.array_equal(A.hi, A.hi.T)):
+        return None
+    mask = _upper_mask(A.lo.shape[0])
+    out = {name: A.lo[mask]}
+    if A.hi is not None:
+        out[name + "_hi"] = A.hi[mask]
+    return out
+
+
+def from_upper(lo: np.ndarray, hi: np.ndarray | None, p: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The full symmetric words from ``upper_state``'s triangles (ValueError if they are not p (p + 1) / 2 int64)."""
+    def full(tri: np.ndarray) -> np.ndarray:
+        if tri.dtype != np.int64 or tri.shape != (p * (p + 1) // 2,):
+            raise ValueError("stored sums do not match the model's dimension, classes or type")
+        out = np.empty((p, p), dtype=np.int64)
+        mask = _upper_mask(p)
+        out[mask] = tri
+        out.T[mask] = tri  # the lower triangle, mirrored
+        return out
+    return full(lo), None if hi is None else full(hi)
 
 
 def accumulate(grid: RidgeGrid, X: np.ndarray, y: np.ndarray, sums: Sequence[WideInt], sign: int,

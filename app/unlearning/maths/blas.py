@@ -12,6 +12,10 @@ never interleave their set/restore, and the setting is restored to what it was. 
 block holds the pin run single-threaded for that time (slower, never different: nothing else here depends on the
 thread count).  Cost: ~12 us per block; a solve at p = 2 049 runs on one core instead of all (issue 37's
 measurement is in docs/performance.md).
+
+``limit_process`` sets the process's own count once (the service: ``OLU_BLAS_THREADS``, default 1, at start-up):
+OpenBLAS's idle workers spin for ~0.1 s after each threaded call or thread-count change, so a pool of 2 that every
+pinned block restored cost an exact_ridge forget at D = 1 025 ~180 ms of CPU (docs/performance.md §16).
 """
 from __future__ import annotations
 
@@ -31,6 +35,18 @@ def _controller():
 
         _CONTROLLER = ThreadpoolController()  # scans the loaded libraries once (~ms): kept for the process
     return _CONTROLLER
+
+
+_PROCESS_LIMIT = None
+
+
+def limit_process(threads: int) -> None:
+    """Set every BLAS library of the process to ``threads`` threads from now on (0: leave the library's own count);
+    the service calls it once at start-up (``OLU_BLAS_THREADS``).  Pinned blocks restore this count after them."""
+    global _PROCESS_LIMIT
+    if threads > 0:
+        with _LOCK:
+            _PROCESS_LIMIT = _controller().limit(limits=int(threads), user_api="blas")  # kept: never restored
 
 
 @contextmanager
