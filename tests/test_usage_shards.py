@@ -139,3 +139,32 @@ def test_writes_to_models_of_other_shards_do_not_wait_for_each_other(db):
         release.set()
         t.join()
     assert _state(db, "ten_par")[0][1] == 12
+
+
+def test_migration_0019_upgrades_a_database_whose_tenants_have_models(tmp_path):
+    """0018 -> 0019 on a populated SQLite database moves the counters into shard 0 in place (a copy-and-rename of
+    ``tenants`` failed its foreign keys once models referenced it), and back down."""
+    from alembic import command
+
+    from app.config import Settings
+    from app.db.migrate import alembic_config
+    from app.main import create_app
+
+    data = tmp_path / "data"
+    data.mkdir()
+    settings = Settings(data_dir=data, log_level="WARNING")
+    ctx = create_app(settings).state.ctx
+    t = ctx.tenants.create_tenant("mig")["id"]
+    ctx.models.create(t, {"name": "m", "algorithm": "exact_ridge", "loss": "squared", "dim": 2,
+                          "bounds": {"x_norm": 1.0, "y_abs": 1.0}, "domain_radius": 10.0, "l2": 0.05,
+                          "privacy": {"epsilon": 1.0, "delta": 1e-6}})
+    ctx.db.dispose()
+    cfg = alembic_config(f"sqlite:///{data / 'olu.db'}")
+    command.downgrade(cfg, "0018")
+    import sqlite3
+    with sqlite3.connect(data / "olu.db") as conn:
+        assert conn.execute("SELECT usage_models FROM tenants WHERE id = ?", (t,)).fetchone()[0] == 1
+    command.upgrade(cfg, "head")
+    with sqlite3.connect(data / "olu.db") as conn:
+        assert conn.execute("SELECT SUM(models) FROM tenant_usage_shards WHERE tenant_id = ?", (t,)).fetchone()[0] == 1
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []

@@ -40,7 +40,9 @@ def upgrade() -> None:
     op.get_bind().execute(sa.text(
         "INSERT INTO tenant_usage_shards (tenant_id, shard, models, records, bytes) "
         "SELECT id, 0, usage_models, usage_records, usage_bytes FROM tenants"))
-    with op.batch_alter_table('tenants', schema=None) as batch_op:
+    # in place, never by recreating the table: SQLite's copy-and-rename of ``tenants`` (alembic's batch mode) fails
+    # its foreign keys once models reference the tenants (ALTER TABLE ... DROP COLUMN: SQLite >= 3.35)
+    with op.batch_alter_table('tenants', schema=None, recreate='never') as batch_op:
         batch_op.drop_column('usage_bytes')
         batch_op.drop_column('usage_records')
         batch_op.drop_column('usage_models')
@@ -64,7 +66,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table('tenant_slots')
     op.drop_table('tenant_rate_buckets')
-    with op.batch_alter_table('tenants', schema=None) as batch_op:
+    with op.batch_alter_table('tenants', schema=None, recreate='never') as batch_op:
         batch_op.add_column(sa.Column('usage_models', sa.BigInteger(), nullable=False, server_default='0'))
         batch_op.add_column(sa.Column('usage_records', sa.BigInteger(), nullable=False, server_default='0'))
         batch_op.add_column(sa.Column('usage_bytes', sa.BigInteger(), nullable=False, server_default='0'))
