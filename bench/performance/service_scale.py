@@ -41,7 +41,7 @@ from app.unlearning import ArrayRetained, engine_class
 
 from ..common import machine, stream
 from .ingest import _pg_database
-from .service_store import TARGET_FORGET, TARGET_INGEST, create, engine_spec, learn_all, start_service, \
+from .service_store import TARGET_FORGET, TARGET_INGEST, create, engine_spec, msgpack_body, start_service, \
     tenant_client
 
 D = 32
@@ -81,6 +81,29 @@ def unlearn_body(resend: bool, i: int, X: np.ndarray, y: np.ndarray) -> dict:
     if not resend:
         return {"ids": [f"r{i}"]}
     return {"ids": [f"r{i}"], "examples": [{"id": f"r{i}", "x": X[i].tolist(), "y": float(y[i])}]}
+
+
+def learn_capped(targets, X: np.ndarray, y: np.ndarray, batch: int, cap_s: float | None, log=print
+                 ) -> tuple[list[float], int]:
+    """Learn X, y into every (client, model id) in batches, the targets in turn batch by batch (bodies encoded before
+    the clock starts); stops after the round that passes ``cap_s`` seconds of wall time.  (Per target the summed
+    request time, the records learned.)"""
+    spent, t_start, learned = [0.0] * len(targets), time.perf_counter(), 0
+    for k, a in enumerate(range(0, len(X), batch)):
+        raw = msgpack_body([f"r{i}" for i in range(a, min(len(X), a + batch))], X[a:a + batch], y[a:a + batch])
+        for j, (c, mid) in enumerate(targets):
+            t0 = time.perf_counter()
+            r = c.post(f"/v1/models/{mid}/learn", content=raw, headers={"content-type": "application/msgpack"})
+            spent[j] += time.perf_counter() - t0
+            if r.status_code != 200:
+                raise RuntimeError(f"learn {mid}: {r.status_code} {r.text[:400]}")
+        learned = min(len(X), a + batch)
+        if k % 20 == 19:
+            log(f" learned {learned:,}: " + ", ".join(f"{learned / s:,.0f}/s" for s in spent))
+        if cap_s is not None and time.perf_counter() - t_start > cap_s and learned < len(X):
+            log(f" stopped by the {cap_s:.0f} s cap at {learned:,} of {len(X):,} records")
+            break
+    return spent, learned
 
 
 def http_forgets(targets, views, picks, X, y) -> list[list[float]]:
@@ -141,10 +164,11 @@ def database_bytes(data_dir: str, pg_url: str | None) -> int:
         eng.dispose()
 
 
-def cell(backend: str, n: int, families: tuple[str, ...], batch: int, forgets: int, log=print) -> dict:
-    """One database and size: every family through HTTP, then the engine of each."""
+def cell(backend: str, n: int, families: tuple[str, ...], batch: int, forgets: int, cap_s: float | None = None,
+         log=print) -> dict:
+    """One database and size: every family through HTTP (learning stopped by ``cap_s``: the rest of the cell, the
+    engine included, then works on the records learned), then the engine of each."""
     X, y = stream(n, D, seed=36)
-    picks = [int(i) for i in np.random.default_rng(36).choice(n, size=forgets, replace=False)]
     pg_url, drop = (None, None)
     if backend == "postgresql":
         pg_url, drop = _pg_database()
@@ -159,7 +183,9 @@ def cell(backend: str, n: int, families: tuple[str, ...], batch: int, forgets: i
             targets = [(c, v["id"]) for c, v in zip(clients, views)]
             log(f"[{backend} n={n:,}] created: " + "; ".join(f"{v['algorithm']} {v['hyperparameters']}"
                                                           for v in views))
-            spent = learn_all(targets, X, y, batch=batch, log=lambda s: log(f"[{backend} n={n:,}]{s}"))
+            spent, learned = learn_capped(targets, X, y, batch, cap_s, log=lambda s: log(f"[{backend} n={n:,}]{s}"))
+            X, y = X[:learned], y[:learned]
+            picks = [int(i) for i in np.random.default_rng(36).choice(learned, size=forgets, replace=False)]
             http = http_forgets(targets, views, picks, X, y)
             db_bytes = database_bytes(tmp, pg_url)
             for c in clients:
@@ -173,7 +199,7 @@ def cell(backend: str, n: int, families: tuple[str, ...], batch: int, forgets: i
     rows = {}
     for a, v, s, t in zip(families, views, spent, http):
         eng = engine_run(v, X, y, picks, batch)
-        rows[a] = {"hyperparameters": v["hyperparameters"], "http_ingest_per_s": n / s,
+        rows[a] = {"hyperparameters": v["hyperparameters"], "http_ingest_per_s": learned / s,
                    "http_forget_p50_s": statistics.median(t), "http_forget_p99_s": p99(t), "http_forget_s": t,
                    "engine_ingest_per_s": eng["ingest_per_s"], "engine_forget_p50_s": statistics.median(eng["forget_s"]),
                    "engine_forget_p99_s": p99(eng["forget_s"]), "engine_forget_s": eng["forget_s"]}
@@ -182,7 +208,7 @@ def cell(backend: str, n: int, families: tuple[str, ...], batch: int, forgets: i
         if a != FLOOR:
             row["forget_vs_engine_plus_floor"] = row["http_forget_p50_s"] / (row["engine_forget_p50_s"] + floor)
             row["ingest_vs_floor"] = row["http_ingest_per_s"] / rows[FLOOR]["http_ingest_per_s"]
-    return {"backend": backend, "n": n, "d": D, "batch": batch, "forgets": forgets, "families": rows,
+    return {"backend": backend, "n": n, "learned": learned, "d": D, "batch": batch, "forgets": forgets, "families": rows,
             "db_bytes": db_bytes, "seconds": time.perf_counter() - t_cell, "machine": machine()}
 
 
@@ -205,18 +231,18 @@ def targets(r: dict) -> list[dict]:
 
 def run(quick: bool = False, backends=("sqlite", "postgresql"), sizes=None, forgets: int | None = None,
         batch: int | None = None, retained_cap: int = RETAINED_CAP, families=FAMILIES, json_path: Path | None = None,
-        log=print) -> dict:
+        cap_s: float | None = None, log=print) -> dict:
     sizes = tuple(sizes or (QUICK["sizes"] if quick else SIZES))
     batch = batch or (QUICK["batch"] if quick else BATCH)
     forgets = forgets or (QUICK["forgets"] if quick else FORGETS)
-    r = {"d": D, "batch": batch, "forgets": forgets, "retained_cap": retained_cap, "sizes": list(sizes),
+    r = {"d": D, "batch": batch, "forgets": forgets, "retained_cap": retained_cap, "cap_s": cap_s, "sizes": list(sizes),
          "backends": list(backends), "machine": machine(), "cells": []}
     for n in sizes:
         fams = tuple(a for a in families if a not in SIZED or n <= retained_cap)
         if FLOOR not in fams:
             fams += (FLOOR,)
         for backend in backends:
-            r["cells"].append(cell(backend, n, fams, batch, forgets, log))
+            r["cells"].append(cell(backend, n, fams, batch, forgets, cap_s, log))
             if n > retained_cap:
                 r["cells"][-1]["capped"] = sorted(set(families) & SIZED)
             r["targets"] = targets(r)
@@ -242,15 +268,18 @@ def table(r: dict) -> list[str]:
         if "skipped" in c:
             lines.append(f"| {c['backend']} | {c['n']:,} | (not run: {c['skipped']}) | | | | | | |")
             continue
+        size = f"{c['n']:,}" if c.get("learned", c["n"]) == c["n"] else f"{c['learned']:,} of {c['n']:,}"
         for a, row in c["families"].items():
             ratio = row.get("forget_vs_engine_plus_floor")
             lines.append(
-                f"| {c['backend']} | {c['n']:,} | {a} | {row['http_ingest_per_s']:,.0f} | "
+                f"| {c['backend']} | {size} | {a} | {row['http_ingest_per_s']:,.0f} | "
                 f"{row['engine_ingest_per_s']:,.0f} | {_ms(row['http_forget_p50_s'])} / {_ms(row['http_forget_p99_s'])} | "
                 f"{_ms(row['engine_forget_p50_s'])} / {_ms(row['engine_forget_p99_s'])} | "
                 + ("(the floor)" if ratio is None else f"{ratio:.2f}") + " | "
                 + ("1" if a == FLOOR else f"{row['ingest_vs_floor']:.2f}") + " |")
         extra = f"; sisa/retrain not run above the cap of {r['retained_cap']:,}" if c.get("capped") else ""
+        if c.get("learned", c["n"]) < c["n"]:
+            extra += f"; learning stopped by the {r['cap_s']:.0f} s cap at {c['learned']:,} records (all figures at that n)"
         lines.append(f"| {c['backend']} | {c['n']:,} | database {c['db_bytes'] / 1e6:,.0f} MB, cell "
                      f"{c['seconds']:.0f} s, load {' '.join(f'{x:.1f}' for x in c['machine']['load_avg'])}{extra} "
                      "| | | | | | |")
@@ -267,11 +296,13 @@ def main() -> None:  # pragma: no cover - a measurement
     ap.add_argument("--forgets", type=int, default=FORGETS)
     ap.add_argument("--retained-cap", type=int, default=RETAINED_CAP)
     ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--cap-s", type=float, default=None, help="stop a cell's learning after this many seconds")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     r = run(a.quick, tuple(a.backends.split(",")), tuple(int(float(s)) for s in a.sizes.split(",")),
-            a.forgets, None, a.retained_cap, tuple(a.families.split(",")), a.json, log=lambda s: print(s, flush=True))
+            a.forgets, None, a.retained_cap, tuple(a.families.split(",")), a.json, a.cap_s,
+            log=lambda s: print(s, flush=True))
     print("\n".join(table(r)))
 
 
