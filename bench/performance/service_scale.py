@@ -19,9 +19,12 @@ p50 and p99.  Targets (issue 36 item 2, checked on every backend and size): a fo
 engine's forget + the HTTP forget floor, passive_olu's forget through HTTP) for sisa and retrain; sisa's ingest
 >= 0.5 x passive_olu's.
 
-Families that keep the data (sisa, retrain) run up to ``retained_cap`` records (default 10^6, the documented cap of
-a 2-core run: at 10^7 the engine side alone holds 2.6 GB of records and copies them per forget, and the SQLite file
-grows by ~3 GB per model); above it only exact_ridge and passive_olu run, and the table says so.
+Families that keep the data (sisa, retrain) run up to ``retained_cap`` records (default 10^6: at 10^7 the engine
+side alone holds 2.6 GB of records and copies them per forget, and the SQLite file grows by ~3 GB per model); above
+it only exact_ridge and passive_olu run, and the table says so (``--families sisa,exact_ridge,passive_olu
+--retained-cap 10000000`` runs sisa at 10^7).  ``cap_s`` (``--cap-s``) stops a cell's learning after the round that
+passes that many seconds: the cell's forgets and its engine then work on the records learned, and the table names
+where it stopped (docs/performance.md §15: where a 2-core run stops).
 """
 from __future__ import annotations
 
@@ -253,7 +256,7 @@ def run(quick: bool = False, backends=("sqlite", "postgresql"), sizes=None, forg
 
 
 def _ms(v: float) -> str:
-    return f"{v * 1e3:,.1f}" if v < 10 else f"{v:,.1f} s"
+    return f"{v * 1e3:.3f}" if v < 1e-3 else f"{v * 1e3:,.1f}" if v < 10 else f"{v:,.1f} s"
 
 
 def table(r: dict) -> list[str]:
