@@ -59,13 +59,16 @@ def test_section_runs_through_the_service_and_renders():
 
 
 def test_a_time_cap_stops_learning_and_the_cell_goes_on_at_the_records_learned():
+    """(with a setting beyond the defaults: the record index budget below the records held, which the service
+    rebuilds from the database when it drops a model's index)"""
     r = S.run(quick=True, backends=("sqlite",), sizes=(600,), forgets=2, batch=200, families=("exact_ridge",),
-              cap_s=0.0, log=lambda *a: None)
+              cap_s=0.0, log=lambda *a: None, server_env={"OLU_RECORD_INDEX_MAX_ENTRIES": "100"})
     (c,) = r["cells"]
     assert c["n"] == 600 and c["learned"] == 200 and list(c["families"]) == ["exact_ridge", "passive_olu"]
     assert all(len(row["http_forget_s"]) == 2 for row in c["families"].values())
     text = "\n".join(S.table(r))
     assert "| sqlite | 200 of 600 | exact_ridge |" in text and "stopped by the 0 s cap at 200 records" in text
+    assert "Settings beyond the defaults: OLU_RECORD_INDEX_MAX_ENTRIES=100" in text
 
 
 def test_runner_dispatches_the_section(monkeypatch, tmp_path, capsys):

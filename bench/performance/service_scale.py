@@ -168,7 +168,7 @@ def database_bytes(data_dir: str, pg_url: str | None) -> int:
 
 
 def cell(backend: str, n: int, families: tuple[str, ...], batch: int, forgets: int, cap_s: float | None = None,
-         log=print) -> dict:
+         log=print, server_env: dict | None = None) -> dict:
     """One database and size: every family through HTTP (learning stopped by ``cap_s``: the rest of the cell, the
     engine included, then works on the records learned), then the engine of each."""
     X, y = stream(n, D, seed=36)
@@ -179,7 +179,7 @@ def cell(backend: str, n: int, families: tuple[str, ...], batch: int, forgets: i
             return {"backend": backend, "n": n, "skipped": drop}
     t_cell = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        srv, admin = start_service(tmp, {"OLU_DATABASE_URL": pg_url} if pg_url else None)
+        srv, admin = start_service(tmp, {**(server_env or {}), **({"OLU_DATABASE_URL": pg_url} if pg_url else {})})
         try:
             clients = [tenant_client(srv.url, admin) for _ in families]
             views = [create(c, model_body(a, n)) for c, a in zip(clients, families)]
@@ -234,18 +234,20 @@ def targets(r: dict) -> list[dict]:
 
 def run(quick: bool = False, backends=("sqlite", "postgresql"), sizes=None, forgets: int | None = None,
         batch: int | None = None, retained_cap: int = RETAINED_CAP, families=FAMILIES, json_path: Path | None = None,
-        cap_s: float | None = None, log=print) -> dict:
+        cap_s: float | None = None, log=print, server_env: dict | None = None) -> dict:
+    """``server_env``: settings for the service beyond the defaults (named in the result and the table)."""
     sizes = tuple(sizes or (QUICK["sizes"] if quick else SIZES))
     batch = batch or (QUICK["batch"] if quick else BATCH)
     forgets = forgets or (QUICK["forgets"] if quick else FORGETS)
     r = {"d": D, "batch": batch, "forgets": forgets, "retained_cap": retained_cap, "cap_s": cap_s, "sizes": list(sizes),
+         "server_env": dict(server_env or {}),
          "backends": list(backends), "machine": machine(), "cells": []}
     for n in sizes:
         fams = tuple(a for a in families if a not in SIZED or n <= retained_cap)
         if FLOOR not in fams:
             fams += (FLOOR,)
         for backend in backends:
-            r["cells"].append(cell(backend, n, fams, batch, forgets, cap_s, log))
+            r["cells"].append(cell(backend, n, fams, batch, forgets, cap_s, log, server_env))
             if n > retained_cap:
                 r["cells"][-1]["capped"] = sorted(set(families) & SIZED)
             r["targets"] = targets(r)
@@ -264,6 +266,8 @@ def table(r: dict) -> list[str]:
     lines = [f"## Service at scale through HTTP vs the engine (d = {r['d']}, msgpack batches of {r['batch']:,}, "
              f"{r['forgets']} single-record forgets; {m['date_utc']} UTC, {m['nproc']} cores, load "
              f"{' '.join(f'{x:.1f}' for x in m['load_avg'])})",
+             *([f"Settings beyond the defaults: {', '.join(f'{k}={v}' for k, v in r['server_env'].items())}"]
+               if r.get("server_env") else []),
              "| database | n | model | ingest HTTP (records/s) | ingest engine | forget p50 / p99 HTTP (ms) | "
              "forget p50 / p99 engine (ms) | HTTP / (engine + floor) | HTTP ingest / floor's |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -300,12 +304,14 @@ def main() -> None:  # pragma: no cover - a measurement
     ap.add_argument("--retained-cap", type=int, default=RETAINED_CAP)
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--cap-s", type=float, default=None, help="stop a cell's learning after this many seconds")
+    ap.add_argument("--env", action="append", default=[], metavar="OLU_NAME=VALUE",
+                    help="a service setting beyond the defaults (repeatable; named in the table)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     r = run(a.quick, tuple(a.backends.split(",")), tuple(int(float(s)) for s in a.sizes.split(",")),
             a.forgets, None, a.retained_cap, tuple(a.families.split(",")), a.json, a.cap_s,
-            log=lambda s: print(s, flush=True))
+            log=lambda s: print(s, flush=True), server_env=dict(e.split("=", 1) for e in a.env))
     print("\n".join(table(r)))
 
 
