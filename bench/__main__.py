@@ -43,7 +43,9 @@ the one-thread solve, GCV and a private release; bench/performance/ridge_cost.py
 observer of the published versions recovers of a forgotten record, per family: gradient inversion;
 bench/accuracy/observer.py), private_accuracy (exact_ridge's private publication at 1e4-1e6 records, the release
 cadence as a column, beside the exact publication and the noise families; a full run rewrites its generated part of
-docs/accuracy.md; bench/accuracy/private_ridge.py).
+docs/accuracy.md; bench/accuracy/private_ridge.py), service_scale (sisa, retrain, exact_ridge and passive_olu
+through HTTP at ``--sizes`` records (default 1e5,1e6) on each of ``--backends``: ingest and forget p50/p99 beside the
+engine of the same specs; bench/performance/service_scale.py).
 """
 from __future__ import annotations
 
@@ -59,9 +61,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SECTIONS = ("engine", "http", "forget", "memory", "profiles", "noise", "stream", "scale", "coldstart", "fairness",
             "accuracy", "scale_accuracy", "replay", "scale_n", "models", "membership_power", "ridge_cost", "observer",
-            "private_accuracy", "feature_maps")
+            "private_accuracy", "feature_maps", "service_scale")
 DEFAULT_SECTIONS = SECTIONS[:7]  # the performance sections; scale, coldstart, fairness, accuracy, scale_accuracy,
-# replay, scale_n, models, membership_power, ridge_cost, observer and private_accuracy run when named
+# replay, scale_n, models, membership_power, ridge_cost, observer, private_accuracy, service_scale run when named
 
 TARGETS = {
     "engine_vs_river_d64": ("engine >= 10x river learn_one at d = 64", 10.0),
@@ -339,7 +341,8 @@ def main(argv=None) -> None:
     ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
                     help=f"comma-separated subset of {','.join(SECTIONS)} (default: the first {len(DEFAULT_SECTIONS)})")
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute or two")
-    ap.add_argument("--backends", default="sqlite,postgresql", help="databases for the http and memory sections")
+    ap.add_argument("--backends", default="sqlite,postgresql", help="databases for the http, memory and service_scale sections")
+    ap.add_argument("--sizes", "--n", default="", help="service_scale: comma-separated record counts (default 1e5,1e6)")
     ap.add_argument("--profile", action="store_true", help="record the service with py-spy during the http section")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--docs", action="store_true",
@@ -421,6 +424,11 @@ def main(argv=None) -> None:
             print("\n".join(mod.table(res[name])))
             if name == "private_accuracy" and (a.docs or not a.quick):
                 print(f"wrote {mod.write_docs(res[name], ROOT / 'docs')}")
+        elif name == "service_scale":  # issue 36 item 6: the service at scale beside the engine
+            from .performance import service_scale
+            sizes = tuple(int(float(v)) for v in a.sizes.split(",") if v.strip()) or None
+            res[name] = service_scale.run(a.quick, backends, sizes)
+            print("\n".join(service_scale.table(res[name])))
         elif name == "stream":
             from .performance import stream
             res["stream"] = stream.run(a.quick, backends)
