@@ -143,7 +143,9 @@ class RoundRobin:
             c.close()
 
 
-RETRY_STATUSES = {409, 502, 503, 504}
+# 429: the tenant's in-flight and rate limits hold for the deployment on PostgreSQL (app/api/shared_limits.py), and
+# a SIGKILLed replica's slots stay counted until they expire (about 5 s): a client retries after Retry-After
+RETRY_STATUSES = {409, 429, 502, 503, 504}
 
 
 class HttpDriver:
@@ -226,13 +228,13 @@ class HttpDriver:
         try:
             if self.rng.random() < 0.4:
                 _, r = self.rr.request("POST", f"/v1/models/{mid}/predict", json={"x": [self.X[0].tolist()]})
-                if r.status_code not in (200, 503):
+                if r.status_code not in (200, 429, 503):
                     self.errors.append(f"predict -> {r.status_code} {r.text[:300]}")
             if self.rng.random() < 0.4:
                 i, r = self.rr.request("GET", "/v1/audit/checkpoint")
                 if r.status_code == 200:
                     self.checkpoints.append({"replica": i, **r.json()})
-                elif r.status_code != 503:
+                elif r.status_code not in (429, 503):  # refused or not ready: a read to try again, not an error
                     self.errors.append(f"checkpoint -> {r.status_code} {r.text[:300]}")
         except httpx.TransportError:
             self.retries += 1  # a read that met a dying replica: nothing to record
