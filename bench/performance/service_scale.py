@@ -36,16 +36,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 from sqlalchemy import create_engine, text
 
-from app.unlearning import ArrayRetained, engine_class
+from app.unlearning import engine_class
 
 from ..common import machine, stream
 from .ingest import _pg_database
-from .service_store import TARGET_FORGET, TARGET_INGEST, create, engine_spec, msgpack_body, start_service, \
-    tenant_client
+from .service_store import TARGET_FORGET, TARGET_INGEST, create, engine_run, engine_spec, msgpack_body, \
+    start_service, tenant_client
 
 D = 32
 BATCH = 10_000
@@ -56,7 +55,6 @@ FAMILIES = ("sisa", "retrain", "exact_ridge", "passive_olu")
 SIZED = {"sisa", "retrain"}  # keep the data: max_records = n, run up to the retained cap
 RETAINED_CAP = 1_000_000
 FLOOR = "passive_olu"
-WARM = 64  # records a throwaway engine learns and forgets one of before the timed engine starts
 
 
 def model_body(algorithm: str, n: int) -> dict:
@@ -121,47 +119,6 @@ def http_forgets(targets, views, picks, X, y) -> list[list[float]]:
             if r.status_code != 200:
                 raise RuntimeError(f"unlearn {view['algorithm']}: {r.status_code} {r.text[:400]}")
     return out
-
-
-class _Held(ArrayRetained):
-    """``ArrayRetained`` over arrays already in step order, without its sorting copy (which, made per learn request,
-    cost O(n^2) at 10^7 records)."""
-
-    def __init__(self, steps: np.ndarray, X: np.ndarray, y: np.ndarray):  # noqa: super().__init__ would copy
-        self.steps, self.X, self.y = steps, X, y
-
-
-def engine_run(view: dict, X: np.ndarray, y: np.ndarray, picks: list[int], batch: int) -> dict:
-    """The engine of the model's spec learns X, y in requests of ``batch`` (timed) and forgets the picks one by one,
-    handed the records still held (or, for a family handed the forgotten features, that record); copies not timed."""
-    spec = engine_spec(view)
-    steps = np.arange(1, len(X) + 1, dtype=np.int64)
-    warm = engine_class(spec.algorithm)(spec)  # a throwaway engine first: compiled kernels loaded before the clock
-    warm.learn(X[:WARM], y[:WARM], ArrayRetained(steps[:0], X[:0], y[:0]) if warm.needs_retained_data else None)
-    warm.forget([1], ArrayRetained(steps[:WARM], X[:WARM], y[:WARM]))
-    engine = engine_class(spec.algorithm)(spec)
-    keeps = engine.needs_retained_data
-    resend = getattr(engine, "needs_deletion_features", False)
-    learn_s = 0.0
-    for a in range(0, len(X), batch):
-        held = _Held(steps[:a], X[:a], y[:a]) if keeps else None
-        t0 = time.perf_counter()
-        engine.learn(X[a:a + batch], y[a:a + batch], held)
-        learn_s += time.perf_counter() - t0
-    alive = np.ones(len(X), dtype=bool)
-    forget = []
-    for i in picks:
-        store = None
-        if keeps:
-            idx = np.flatnonzero(alive)
-            store = _Held(steps[idx], X[idx], y[idx])
-        elif resend:
-            store = ArrayRetained(steps[i:i + 1], X[i:i + 1], y[i:i + 1])
-        t0 = time.perf_counter()
-        engine.forget([i + 1], store)
-        forget.append(time.perf_counter() - t0)
-        alive[i] = False
-    return {"ingest_per_s": len(X) / learn_s, "forget_s": forget}
 
 
 def database_bytes(data_dir: str, pg_url: str | None) -> int:
