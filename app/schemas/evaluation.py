@@ -3,31 +3,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field
 
-from .common import ClassName, Finite, Strict, UtcDatetime, _OmitNone
-from .models import FeatureDict
-from .rules import PREDICT_SHAPE
-from .writes import ONE_SHAPE
+from .common import ClassName, Finite, UtcDatetime, _OmitNone
+from .writes import PredictRequest
 
 MAX_CONFUSION_CLASSES = 50
 
 
-class EvaluateRequest(Strict):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=PREDICT_SHAPE)  # exactly one of x or features
-    x: Annotated[list[list[Finite]], Field(min_length=1)] | None = Field(
-        None, description="Feature vectors (dense models), as for predict.")
-    features: Annotated[list[FeatureDict], Field(min_length=1)] | None = Field(
-        None, description="Feature dictionaries (models with a feature spec), as for predict.")
+class EvaluateRequest(PredictRequest):
+    """A predict request's inputs (exactly one of x or features, as for predict) and one true label per input."""
     y: Annotated[list[Finite | ClassName], Field(min_length=1)] = Field(description=(
         "One true label per input: 0/1 (logistic), a class index 0..K-1 or declared class name (classifiers), a real "
         "target (regression)."))
-
-    @model_validator(mode="after")
-    def _one_shape(self):
-        if (self.x is None) == (self.features is None):
-            raise ValueError(ONE_SHAPE)
-        return self
 
 
 class Evaluation(_OmitNone):
