@@ -46,7 +46,8 @@ class _Fingerprint:
 
 
 def _rows(X: Any) -> Any:
-    """Dense rows as one float64 array when they are one (cheap to send back); else as they are."""
+    """Dense rows as one float64 array when they are rectangular (cheap to send back); else as they are (None
+    included)."""
     if isinstance(X, np.ndarray):
         return X
     if X and all(isinstance(r, list) for r in X):
@@ -77,11 +78,6 @@ def decode_learn(raw: bytes, content_type: str | None, fingerprint: bool) -> tup
     return ("examples", batch.ids, _rows(batch.X), batch.y, batch.F, text)
 
 
-def _as_rows(X: Any) -> Any:
-    """Dense vectors as one float64 array when they are rectangular (cheap to send back), else as they are."""
-    return X if X is None else _rows(X)
-
-
 def decode_json(kind: str, raw: bytes, content_type: str | None, fingerprint: bool) -> tuple:
     """In the pool's process: a predict, evaluate or unlearn body parsed as in this process (app/api/json_body.py)
     and sent back light: dense vectors as arrays, dictionaries as dicts, an unlearn's fingerprint JSON if asked."""
@@ -97,25 +93,20 @@ def decode_json(kind: str, raw: bytes, content_type: str | None, fingerprint: bo
     except HTTPException as e:
         return ("http", e.status_code, e.detail)
     if kind == "unlearn":
-        examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
-                    if body.examples else None)
+        examples = body.resent()
         text = body.model_dump_json(exclude=model.UNFINGERPRINTED) if fingerprint else None
         return ("unlearn", list(body.ids), examples, text)
-    features = None if body.features is None else [f.root for f in body.features]
-    return (kind, _as_rows(body.x), features, list(body.y) if kind == "evaluate" else None)
+    features = body.feature_dicts()
+    return (kind, _rows(body.x), features, list(body.y) if kind == "evaluate" else None)
 
 
-class UnlearnBody:
+class UnlearnBody(_Fingerprint):
     """An unlearn body decoded in the pool: its ids, and its fingerprint as ``UnlearnRequest`` gives it."""
     UNFINGERPRINTED = {"examples"}
 
     def __init__(self, ids: list[str], text: str | None):
-        self.ids, self._text = ids, text
-
-    def model_dump_json(self, **kwargs) -> str:
-        if self._text is None:
-            raise RuntimeError("the fingerprint of this body was not computed (no Idempotency-Key)")
-        return self._text
+        super().__init__(text)
+        self.ids = ids
 
 
 def _refused(out: tuple) -> tuple:

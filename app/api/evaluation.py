@@ -39,7 +39,7 @@ async def evaluate(model_id: ModelId, request: Request, p: Predictor, raw: Annot
             x, features, y = pool.inputs("evaluate", raw, content_type)
         else:
             body = parse_json_body(EvaluateRequest, raw, content_type)
-            x, features, y = body.x, None if body.features is None else [f.root for f in body.features], list(body.y)
+            x, features, y = body.x, body.feature_dicts(), list(body.y)
         return evaluation.evaluate(p.tenant_id, model_id, x, features, y)
 
     return await _compute(request, p.tenant_id, work)

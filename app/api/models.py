@@ -193,8 +193,7 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer, raw: Annotated
         else:
             if body is None:
                 body = parse_json_body(UnlearnRequest, raw, content_type)
-            examples = ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in body.examples]
-                        if body.examples else None)
+            examples = body.resent()
         started = operations.start_unlearn(request, p.tenant_id, model_id, body, examples)  # 202: long work
         if started is not None:
             return started
@@ -245,7 +244,7 @@ async def predict(model_id: ModelId, request: Request, p: Predictor, raw: Annota
         else:
             if body is None:
                 body = parse_json_body(PredictRequest, raw, content_type)
-            x, features = body.x, None if body.features is None else [f.root for f in body.features]
+            x, features = body.x, body.feature_dicts()
         return idempotent.json_response(PredictResponse, prediction.predict(
             p.tenant_id, model_id, x, inline=inline, features=features))
 
@@ -255,7 +254,7 @@ async def predict(model_id: ModelId, request: Request, p: Predictor, raw: Annota
     if len(raw) > prediction.INLINE_BODY_BYTES:
         return await _compute(request, p.tenant_id, answer, None)
     body = parse_json_body(PredictRequest, raw, content_type)
-    if prediction.predict_inline(body.x if body.features is None else [f.root for f in body.features]):
+    if prediction.predict_inline(body.x if body.features is None else body.feature_dicts()):
         try:
             return answer(body, inline=True)
         except NotInline:  # feature dictionaries whose dense rows (rows x the model's dim) are too large for the loop

@@ -84,6 +84,10 @@ class UnlearnRequest(Strict):
         _one_shape_each(self.examples)
         return self
 
+    def resent(self) -> list[tuple] | None:
+        """The resent examples as the forget takes them: (id, x, y, feature dictionary), or None when none."""
+        return ([(e.id, e.x, e.y, None if e.features is None else e.features.root) for e in self.examples]
+                if self.examples else None)
 
 
 class UnlearnResponse(BaseModel):
@@ -108,6 +112,10 @@ class PredictRequest(Strict):
         if (self.x is None) == (self.features is None):
             raise ValueError(ONE_SHAPE)
         return self
+
+    def feature_dicts(self) -> list | None:
+        """The feature dictionaries as plain dicts, or None for dense inputs."""
+        return None if self.features is None else [f.root for f in self.features]
 
 
 class PredictResponse(_OmitNone):
