@@ -15,6 +15,12 @@ families with a large state (memory_pair at d = 10^5: 16 MiB) log the pages of t
   runs of consecutive learn deltas re-learned as one batch (exact by the contract: learning batches one after another
   equals learning them concatenated, bit for bit).  The result is the state the writer had, bit for bit; the engine
   cache (app/registry.py) serves it without a rebuild in the process that wrote it.
+* **A base's length** (``padded_size``): a base that page patches never address (a family that logs its learns as
+  batches) is padded with zeros to the previous base's length while it fits in it, the blob's ciphertext keeps its
+  length, and SQLite then overwrites the row's pages in place: no page chain is freed, zeroed (secure_delete) and
+  allocated again.  exact_ridge's forget at D = 1 025, whose narrow words (narrow_words.py) vary in length with
+  the exceptions, wrote 2.7 MB in 18 ms where the same bytes at a steady length took 8 ms (SQLite, WAL, FULL).
+  The packed state's reader ignores bytes after its arrays.
 * **Erasure**: every forget writes a base (the log, with any example a learn delta held, is deleted in the forget's
   transaction), and the service then scrubs the SQLite WAL for a model that may have logged examples (``logs_examples``).
 """
@@ -30,6 +36,8 @@ from .db.state_codec import apply_page_patch, pack_state, page_digests, page_pat
 from .unlearning import ModelSpec, Unlearner, engine_class
 
 DELTA_MIN = 64 << 10  # packed states below this are written whole at every version
+PAD_SLACK = 1 / 16    # a large base is stored at the previous base's length while it fills this much of it ...
+PAD_UNIT = 4096       # ... else at its own plus half the slack, in these units
 FOLD = 0.5            # a delta is logged while the log's plaintext stays within this fraction of the state's size
 MAX_DELTAS = 1024     # ... and the log within this many versions
 
@@ -103,11 +111,21 @@ def rebuild(spec: ModelSpec, model_id: str, stored: state_log.Stored, cipher) ->
     return engine, info
 
 
+def padded_size(n: int, previous: int | None) -> int:
+    """The length a base of ``n`` packed bytes is stored at: the previous base's (``previous``) while ``n`` fits it
+    and fills at least 1 - ``PAD_SLACK`` of it, else ``n`` plus half that slack, in whole ``PAD_UNIT``s."""
+    if previous is not None and previous * (1 - PAD_SLACK) <= n <= previous:
+        return previous
+    return -(-int(n * (1 + PAD_SLACK / 2)) // PAD_UNIT) * PAD_UNIT
+
+
 def base_write(engine: Unlearner, model_id: str, version: int, cipher, blob: bytes | None = None,
-               digests: bytes | None = None) -> StateWrite:
+               digests: bytes | None = None, previous: int | None = None) -> StateWrite:
     blob = pack_state(engine.stored_state()) if blob is None else blob
     if digests is None and _patching(engine, len(blob)):
         digests = page_digests(blob)
+    if digests is None and len(blob) >= DELTA_MIN:  # a large base that page patches never address: padded
+        blob += bytes(padded_size(len(blob), previous) - len(blob))
     sealed = blob if cipher is None else cipher.seal_large(blob, "state", model_id)
     return StateWrite("base", sealed, LogInfo(base_version=version, stored=len(sealed), plain=len(blob),
                                               digests=digests, base_bytes=len(sealed)))
@@ -121,13 +139,14 @@ def plan(engine: Unlearner, model_id: str, version: int, info: LogInfo | None, c
          learned: tuple[Any, Any] | None = None) -> StateWrite:
     """What to store for ``engine`` at ``version``: a delta for a learn (``learned`` its batch) where one is small
     and the log has room (module docstring), else a new base.  ``info``: the stored state the engine was read at."""
+    previous = None if info is None else info.plain
     if learned is None or info is None or info.plain < DELTA_MIN:
-        return base_write(engine, model_id, version, cipher)
+        return base_write(engine, model_id, version, cipher, previous=previous)
     if engine.learn_replays_exactly:
         X, y = learned
         plain = pack_state({"X": np.asarray(X, dtype=np.float64), "y": np.asarray(y, dtype=np.float64)})
         if not _fits(info, len(plain)):
-            return base_write(engine, model_id, version, cipher)
+            return base_write(engine, model_id, version, cipher, previous=previous)
         return StateWrite("learn", plain, _logged(info, plain, cipher, info.digests))
     blob = pack_state(engine.stored_state())
     patch, digests = page_patch(blob, info.digests)

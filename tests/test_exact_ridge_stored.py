@@ -1,6 +1,6 @@
 """exact_ridge's stored state (issue 39's forget cost): A = sum q q^T is symmetric, so the service stores its upper
 triangle (``stored_state``: "A_upper", and "A_upper_hi" for two-word sums), half the bytes to pack, seal, write and
-checkpoint at each forget.  Whatever was learned and forgotten, the stored form loads as the very state (every sum
+checkpoint at each forget, and its low words (and B's) in fewer bytes (narrow_words.py: test_narrow_words.py).  Whatever was learned and forgotten, the stored form loads as the very state (every sum
 bit for bit) and the same published weights; an A that were not symmetric is stored whole; states stored whole
 (before) still load; a triangle of the wrong length is refused.
 """
@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from app.db.state_codec import pack_state, unpack_state
 from app.unlearning import ArrayRetained
 from app.unlearning.families.exact_ridge import ExactRidge
-from app.unlearning.families.ridge_sums import from_upper
+from app.unlearning.families.ridge_sums import from_upper, upper_state
 
 from .test_exact_ridge import data, spec
 from .test_exact_ridge_wide import base_state, spec as wide_spec
@@ -42,8 +42,10 @@ def test_the_stored_triangle_loads_as_the_very_state(seed, K, dim, gcv, data_):
         e.forget([steps[i] for i in gone], ArrayRetained([steps[i] for i in gone], X[gone], y[gone]))
     stored = e.stored_state()
     p = dim + 1
-    assert "A" not in stored and stored["A_upper"].shape == (p * (p + 1) // 2,)
-    assert set(stored) - {"A_upper"} == set(e.state()) - {"A"}
+    narrow_keys = {f"{n}_{part}" for n in ("A_upper", "B") for part in ("nw", "nlo", "nhi", "nxi", "nxv")}
+    assert "A" not in stored and "B" not in stored and narrow_keys <= set(stored)
+    assert stored["A_upper_nlo"].size + stored["A_upper_nhi"].size == stored["A_upper_nw"] * (p * (p + 1) // 2)
+    assert set(stored) - narrow_keys == set(e.state()) - {"A", "B"}
     again = _through_the_codec(e)
     assert _same(again, e)
     assert np.array_equal(again.A, e.A) and np.array_equal(again.A, again.A.T)
@@ -64,7 +66,7 @@ def test_two_word_sums_store_both_triangles(K):
     e = ExactRidge.from_state(s, base_state(ExactRidge(s), 3 * 10**8, np.array([0.9, -0.3, 0.2]), 1.0))
     assert e.sums[0].hi is not None and e.sums[0].hi.any()
     stored = e.stored_state()
-    assert {"A_upper", "A_upper_hi"} <= stored.keys() and "A" not in stored and "A_hi" not in stored
+    assert {"A_upper_nlo", "A_upper_hi"} <= stored.keys() and "A" not in stored and "A_hi" not in stored
     again = _through_the_codec(e)
     assert _same(again, e) and (again.sums[0].exact() == e.sums[0].exact()).all()
 
@@ -86,9 +88,13 @@ def test_a_triangle_of_the_wrong_size_is_refused():
     e = ExactRidge(spec(3))
     e.learn(*data(3, 5, 3))
     stored = e.stored_state()
-    for bad in (stored["A_upper"][:-1], stored["A_upper"].astype(np.float64)):
+    legacy = {k: v for k, v in stored.items() if not k.startswith("A_upper")} | upper_state(e.sums[0], "A_upper")
+    assert _same(ExactRidge.from_state(e.spec, legacy), e)  # a triangle of int64 words (stored before) loads
+    for bad in (legacy["A_upper"][:-1], legacy["A_upper"].astype(np.float64)):
         with pytest.raises(ValueError):
-            ExactRidge.from_state(e.spec, {**stored, "A_upper": bad})
+            ExactRidge.from_state(e.spec, {**legacy, "A_upper": bad})
+    with pytest.raises(ValueError):  # narrow words of another size
+        ExactRidge.from_state(e.spec, {**stored, "A_upper_nlo": stored["A_upper_nlo"][:-1]})
     with pytest.raises(ValueError):
         from_upper(np.zeros(5, dtype=np.int64), None, 3)
 

@@ -89,7 +89,9 @@ def test_learns_are_logged_and_a_rebuilt_engine_has_the_same_bits(svc):
     for i in range(12):
         ctx.models.learn(t, m, [f"r{i}"], X[i:i + 1], y[i:i + 1])
     log = _log(data, m)
-    assert [k for _, k in log] == ["learn"] * 12 and [v for v, _ in log] == list(range(2, 14))
+    # the first learn writes a base: the empty model's stored state (zero sums: 1 byte a word, narrow_words.py) is
+    # below state_store.DELTA_MIN; every later one is logged
+    assert [k for _, k in log] == ["learn"] * 11 and [v for v, _ in log] == list(range(3, 14))
     registry = ctx.models.registry
     cached = registry._cache[m][1]
     registry.evict(m)
@@ -237,7 +239,7 @@ def test_compaction_bounds_the_log_and_keeps_the_state(svc, monkeypatch):
     for i in range(9):
         ctx.models.learn(t, m, [f"r{i}"], X[i:i + 1], y[i:i + 1])
         lengths.append(len(_log(data, m)))
-    assert max(lengths) == 3 and lengths == [1, 2, 3, 0, 1, 2, 3, 0, 1]
+    assert max(lengths) == 3 and lengths == [0, 1, 2, 3, 0, 1, 2, 3, 0]  # the first: a base (the empty state is small)
     ctx.models.registry.evict(m)
     ctx.models.learn(t, m, ["z"], X[:1] * 0.5, y[:1])
     fresh = engine_class("exact_ridge")(ctx.models.registry._cache[m][1].spec)
@@ -284,8 +286,8 @@ def test_key_rotation_rewraps_the_delta_keys(tmp_path):
     ctx = create_app(Settings(data_dir=data, log_level="WARNING", encryption_key=k1)).state.ctx
     t = ctx.tenants.create_tenant("rot")["id"]
     m = ctx.models.create(t, RIDGE)["id"]
-    X, y = _rows(3, D, 8)
-    for i in range(3):
+    X, y = _rows(4, D, 8)
+    for i in range(4):  # the first writes a base (the empty state is small), the next three are logged
         ctx.models.learn(t, m, [f"r{i}"], X[i:i + 1], y[i:i + 1])
     assert reseal_all(ctx.db, Cipher(parse_key(k2), [parse_key(k1)]))["delta_keys"] == 3
     assert reseal_all(ctx.db, Cipher(parse_key(k2)))["delta_keys"] == 0
@@ -328,3 +330,41 @@ def test_migration_0015_downgrade_folds_the_log(tmp_path):
         assert np.array_equal(fresh.published(), ctx.models.registry._cache[m][1].published())
     finally:
         ctx.db.dispose()
+
+
+def test_padded_size_keeps_the_length_while_the_state_fits():
+    from app.state_store import PAD_SLACK, PAD_UNIT, padded_size
+
+    first = padded_size(2_740_000, None)
+    assert first % PAD_UNIT == 0 and 2_740_000 < first <= 2_740_000 * (1 + PAD_SLACK) + PAD_UNIT
+    assert padded_size(2_740_000 - 3_000, first) == first == padded_size(first, first)  # fits: the same length
+    assert padded_size(first + 1, first) > first  # grew past it: a new length
+    assert padded_size(int(first * (1 - 2 * PAD_SLACK)), first) < first  # shrank well below: a new length
+
+
+def test_forgets_keep_the_base_length_so_sqlite_rewrites_it_in_place(svc):
+    """exact_ridge's narrow words vary in length with their exceptions; the base is padded to the previous length
+    (state_store.padded_size), so each forget's UPDATE overwrites the same pages, and the padding reads back as the
+    very state (a fresh model of the records kept has the same published bits)."""
+    from app.db.state_codec import pack_state
+
+    ctx, t, data = svc
+    m = ctx.models.create(t, RIDGE)["id"]
+    X, y = _rows(40, D, 11)
+    X *= 0.01
+    X[:6] = 0.9 * np.eye(D)[:6]  # each of the first six makes one large sum: an exception of the narrow words
+    ctx.models.learn(t, m, [f"r{i}" for i in range(40)], X, y)
+    lengths, packed = [], []
+    for i in range(6):
+        ctx.models.unlearn(t, m, [f"r{i}"], examples=[(f"r{i}", X[i].tolist(), float(y[i]))])
+        packed.append(len(pack_state(ctx.models.registry._cache[m][1].stored_state())))
+        with sqlite3.connect(data / "olu.db") as conn:
+            lengths.append(conn.execute("SELECT length(blob) FROM model_states WHERE model_id = ?", (m,)).fetchone()[0])
+    assert len(set(packed[:3])) > 1  # the state's own length moved ...
+    assert len(set(lengths[:3])) == 1, lengths  # ... the stored base's did not
+    registry = ctx.models.registry
+    registry.evict(m)
+    ctx.models.learn(t, m, ["z"], X[:1] * 0.5, y[:1])  # rebuilt from the padded base
+    fresh = engine_class("exact_ridge")(registry._cache[m][1].spec)
+    fresh.learn(np.vstack([X[6:], X[:1] * 0.5]), np.append(y[6:], y[0]))
+    assert np.array_equal(fresh.published(), registry._cache[m][1].published())

@@ -1,4 +1,4 @@
-"""Named float64/int64 arrays and numbers <-> one bytes blob.  No pickle: a JSON header and raw arrays.
+"""Named float64/int64/uint8 arrays and numbers <-> one bytes blob.  No pickle: a JSON header and raw arrays.
 
 Layout: b"OLU1" | uint32 LE header length | header JSON | concatenated little-endian array bytes.
 Header: {"arrays": {name: [dtype, shape, offset, nbytes]}, "scalars": {name: number}}.
@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 
 MAGIC = b"OLU1"
-_DTYPES = {"f8": np.dtype("<f8"), "i8": np.dtype("<i8")}
+_DTYPES = {"f8": np.dtype("<f8"), "i8": np.dtype("<i8"), "u1": np.dtype("u1")}
 
 
 def pack_state(state: Mapping[str, Any]) -> bytes:
@@ -25,6 +25,8 @@ def pack_state(state: Mapping[str, Any]) -> bytes:
         if isinstance(value, np.ndarray):
             if value.dtype.kind == "f":
                 code, arr = "f8", np.asarray(value, dtype="<f8")
+            elif value.dtype == np.uint8:  # raw bytes (exact_ridge's narrow words: narrow_words.py)
+                code, arr = "u1", value
             elif value.dtype.kind in "iub":
                 code, arr = "i8", np.asarray(value, dtype="<i8")
             else:

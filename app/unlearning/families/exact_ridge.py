@@ -64,6 +64,7 @@ from ..mechanism.calibration import Checks
 from ..mechanism.fast_dgauss import route as dgauss_route
 from ..mechanism.noise import NoiseSource
 from . import ridge_private as private
+from .narrow_words import narrow, stored_as_narrow, wide
 from .ridge_solve import GCV_STEPS, gcv_solve, solve_spd
 from .ridge_sums import (BLAS_SINGLE_THREAD, DEFAULT_GRID_BITS, GRID_BITS, LO_LIMIT, MIN_BLOCK_ROWS,  # noqa: F401
                          RidgeGrid, Scale, WideInt, accumulate, block_rows, from_upper, upper_state)
@@ -268,10 +269,15 @@ class ExactRidge(Unlearner):
         return self.sums[1].lo
 
     def state(self, upper: bool = False) -> dict[str, Any]:
-        """The sums and counters; ``upper``: A as its upper triangle ("A_upper", ridge_sums.upper_state)."""
+        """The sums and counters; ``upper`` (the stored form): A as its upper triangle ("A_upper",
+        ridge_sums.upper_state) and the low words of A's triangle and of B in fewer bytes (narrow_words.py)."""
         out: dict[str, Any] = (upper and upper_state(self.sums[0], "A_upper")) or self.sums[0].state("A")
         for name, s in zip(("B", "C"), self.sums[1:]):
             out.update(s.state(name))
+        if upper:
+            for name in ("A_upper", "B"):
+                if name in out:
+                    out.update(narrow(out.pop(name), name))
         out.update({"t": self.t, "n_deletions": self.n_deletions, "epoch": self.epoch})
         if self.private is not None:
             out.update(self.private.state())
@@ -283,6 +289,11 @@ class ExactRidge(Unlearner):
     def load_state(self, state: Mapping[str, Any]) -> None:
         p, k = self.spec.dim + 1, self.grid.outputs
         shapes = {"A": (p, p), "B": (k, p), "C": (k,)}
+        sizes = {"A_upper": p * (p + 1) // 2, "B": k * p}
+        widened = {name: wide(state, name, size).reshape(shapes.get(name, (size,)))
+                   for name, size in sizes.items() if stored_as_narrow(state, name)}
+        if widened:
+            state = {**state, **widened}
         if "A" not in state and "A_upper" in state:  # the stored form: A's upper triangle
             hi = state.get("A_upper_hi")
             lo, hi = from_upper(np.asarray(state["A_upper"]), None if hi is None else np.asarray(hi), p)
