@@ -145,10 +145,13 @@ class Settings(BaseSettings):
         "x-forwarded-for", description="The header a trusted proxy sets: x-forwarded-for or forwarded (RFC 7239).")
     auth_failure_max_addresses: int = Field(
         100_000, ge=1, description="Most client addresses whose failures are tracked (about 100 bytes each).")
-    record_index_max_entries: int = Field(
-        4_000_000, ge=0, description="Learned records whose commitment lookups this process keeps in memory (16 bytes "
-                                     "each), over all models; beyond it the least recently used models' indexes are "
-                                     "dropped and rebuilt from the database when next used.")
+    record_index_max_entries: int | None = Field(
+        None, ge=0, description="Learned records whose commitment lookups this process keeps in memory (16 bytes "
+                                "each), over all models; beyond it the least recently used models' indexes are "
+                                "dropped and rebuilt from the database when next used (app/db/record_batches.py).  "
+                                "Default: an eighth of the memory the process may use (its cgroup's limit, else the "
+                                "machine's), in entries, at least 4 000 000 (64 MB); each worker process holds its "
+                                "own.  0: only the index of the model in use is kept.")
     request_deadline_seconds: float = Field(
         10.0, ge=0, allow_inf_nan=False,
         description="Longest computation of one learn, unlearn or retrain (and longest wait for an earlier one on the "

@@ -14,6 +14,7 @@ from contextvars import ContextVar
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 request_id_var: ContextVar[str] = ContextVar("request_id", default="-")
@@ -32,8 +33,26 @@ class Metrics:
         self.rho_spent = Counter("olu_rho_spent_total", "zCDP rho charged by deletions, summed over models", registry=r)
         self.models_created = Counter("olu_models_created_total", "Models created", registry=r)
 
+    def watch_records(self, book) -> None:
+        """Serve the record index's counts (a ``RecordBook``'s), read at each scrape."""
+        self.registry.register(_RecordIndexCollector(book))
+
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _RecordIndexCollector:
+    """The per-process record index (app/db/record_batches.py): entries held, and rebuilds of indexes dropped for
+    OLU_RECORD_INDEX_MAX_ENTRIES (a steady rate of them is thrashing: raise the setting)."""
+
+    def __init__(self, book) -> None:
+        self.book = book
+
+    def collect(self):
+        yield CounterMetricFamily("olu_record_index_rebuilds", "Record indexes rebuilt from the database after "
+                                  "being dropped for OLU_RECORD_INDEX_MAX_ENTRIES", value=self.book.rebuilds)
+        yield GaugeMetricFamily("olu_record_index_entries", "Learned records held in this process's record "
+                                "indexes (16 bytes each)", value=self.book.entries)
 
 
 class JsonFormatter(logging.Formatter):

@@ -14,12 +14,28 @@ above the last one it holds.  This is correct because a model's batches are adde
 lock (so their ids increase in commit order), are never changed except that a forgotten record's MAC is zeroed,
 and are deleted only with the model.  Candidates from the index are confirmed on the full 32-byte commitment
 read from the batch row.
+
+The indexes of a process hold at most ``max_entries`` lookups in all (``OLU_RECORD_INDEX_MAX_ENTRIES``; by default
+an eighth of the memory the process may use, ``index_budget``); beyond it whole indexes are dropped, least
+recently used first, and rebuilt from the database (O(records)) when their model is next used.  Plain LRU thrashes
+when models used in turn hold more than the budget: the index dropped is always the one needed next, so most
+requests rebuild one (docs/performance.md §15).  So an index built from zero that leaves the total over the budget
+is placed first in line to be dropped, instead of last: the indexes that fit stay, and with k models used in turn
+of which k - 1 fit, one request in k rebuilds instead of one in two (one of three fitting: two in three instead of
+every one; tests/test_record_index_budget.py).  This is the "second chance" of LRU-2 / 2Q: an index earns its place
+by a second use while it is still held; a plain LRU policy is kept otherwise.  The total may exceed the budget by
+the index in use, as before: the drops happen when an index is next asked for.  Rebuilds of dropped indexes are counted
+(``olu_record_index_rebuilds_total``) and logged at most once a minute.
 """
 from __future__ import annotations
 
+import logging
+import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -31,6 +47,11 @@ from .tables import RecordBatch
 SLOT_BITS = 20  # an index position is batch_id << SLOT_BITS | slot
 MAX_BATCH = 1 << SLOT_BITS  # records per batch row (the service's max_batch is far below)
 DIGEST = 32
+ENTRY_BYTES = 16  # an int64 lookup and an int64 position
+MIN_AUTO_ENTRIES = 4_000_000  # the automatic budget's floor (the fixed default before it, 64 MB)
+WARN_EVERY = 60.0  # seconds between two warnings of rebuilds
+
+log = logging.getLogger("olu.records")
 
 _BATCHES = RecordBatch.__table__
 _CATCH_UP = (select(_BATCHES.c.id, _BATCHES.c.commitments)
@@ -48,6 +69,31 @@ def lookups_of(digests: Sequence[bytes] | bytes) -> np.ndarray:
     """Each commitment's first 8 bytes as a signed big-endian integer (== ``tenants.lookup_key`` of its hex)."""
     packed = digests if isinstance(digests, bytes) else b"".join(digests)
     return np.frombuffer(packed, dtype=">i8").reshape(-1, DIGEST // 8)[:, 0].astype(np.int64)
+
+
+def memory_limit(cgroup: Path = Path("/sys/fs/cgroup"), physical: int | None = None) -> int:
+    """The bytes this process may use: its cgroup's memory limit (v2 ``memory.max``, else v1
+    ``memory/memory.limit_in_bytes``) where one is set below the machine's physical memory, else the latter."""
+    if physical is None:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for name in ("memory.max", "memory/memory.limit_in_bytes"):
+        try:
+            text = (cgroup / name).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():  # v1 without a limit says 2^63 rounded down to a page: min() reads it as none
+            return min(int(text), physical)
+        if text == "max":  # v2 without a limit
+            break
+    return physical
+
+
+def index_budget(setting: int | None, cgroup: Path = Path("/sys/fs/cgroup"), physical: int | None = None) -> int:
+    """``OLU_RECORD_INDEX_MAX_ENTRIES``: as set, or when unset (None) an eighth of ``memory_limit`` in 16-byte
+    entries, at least ``MIN_AUTO_ENTRIES``."""
+    if setting is not None:
+        return max(0, int(setting))
+    return max(MIN_AUTO_ENTRIES, memory_limit(cgroup, physical) // 8 // ENTRY_BYTES)
 
 
 def _merge(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -128,8 +174,9 @@ class Found:
 
 class RecordBook:
     """Per process: the ``RecordIndex`` of each model it has used (least recently used evicted beyond
-    ``max_entries`` lookups in all, or beyond ``max_models`` indexes: the audit visits every model of a tenant),
-    and the SQL of the ``record_batches`` table."""
+    ``max_entries`` lookups in all, or beyond ``max_models`` indexes: the audit visits every model of a tenant;
+    an index built from zero past ``max_entries`` goes first, see the module's docstring), and the SQL of the
+    ``record_batches`` table."""
 
     def __init__(self, max_entries: int, is_postgresql: bool, max_models: int = 10_000) -> None:
         self.max_entries, self.max_models = max_entries, max_models
@@ -139,6 +186,16 @@ class RecordBook:
         # the lookups held over all indexes, kept as they grow: summing them on every request cost O(models)
         # (0.7 ms per request with 10^4 models, bench --sections models)
         self._total = 0
+        self._dropped: OrderedDict[str, None] = OrderedDict()  # models whose index went for max_entries (bounded)
+        self.rebuilds = 0  # indexes rebuilt after being dropped for max_entries (olu_record_index_rebuilds_total)
+        self._unwarned = 0  # of which not yet in a warning
+        self._warned_at = -WARN_EVERY
+        self.clock = time.monotonic
+
+    @property
+    def entries(self) -> int:
+        """The lookups held over all indexes (olu_record_index_entries)."""
+        return self._total
 
     def _grew(self, idx: RecordIndex, n: int) -> None:
         """``idx`` holds ``n`` more lookups (its size and the total change together, under the book's lock)."""
@@ -158,14 +215,43 @@ class RecordBook:
                 idx = self._indexes[model_id] = RecordIndex(self)
             self._indexes.move_to_end(model_id)
             while (self._total > self.max_entries or len(self._indexes) > self.max_models) and len(self._indexes) > 1:
-                self._drop(self._indexes.popitem(last=False)[1])
+                over = self._total > self.max_entries
+                dropped, old = self._indexes.popitem(last=False)
+                self._drop(old)
+                if over and old.size:
+                    self._dropped[dropped] = None
+                    if len(self._dropped) > self.max_models:
+                        self._dropped.popitem(last=False)
             return idx
+
+    def _built(self, model_id: str, idx: RecordIndex) -> None:
+        """``idx`` was just built from zero: count it if its model's index had been dropped for the budget, and put
+        it first in line to be dropped if it took the total past the budget."""
+        with self._lock:
+            rebuilt = model_id in self._dropped
+            self._dropped.pop(model_id, None)
+            if self._total > self.max_entries and self._indexes.get(model_id) is idx:
+                self._indexes.move_to_end(model_id, last=False)
+            if not rebuilt:
+                return
+            self.rebuilds += 1
+            self._unwarned += 1
+            now = self.clock()
+            if now - self._warned_at < WARN_EVERY:
+                return
+            self._warned_at, count, self._unwarned = now, self._unwarned, 0
+            entries = self._total
+        log.warning("record indexes dropped for OLU_RECORD_INDEX_MAX_ENTRIES were rebuilt from the database: %d "
+                    "rebuilds since the last warning, %d entries held against a budget of %d; raise it above the "
+                    "records of the models used together", count, entries, self.max_entries,
+                    extra={"rebuilds": count, "entries": entries, "max_entries": self.max_entries})
 
     def evict(self, model_id: str) -> None:
         with self._lock:
             idx = self._indexes.pop(model_id, None)
             if idx is not None:
                 self._drop(idx)
+            self._dropped.pop(model_id, None)
 
     def find(self, conn, model_id: str, digests: Sequence[bytes], version: int | None = None
              ) -> tuple[dict[int, Found], Probe]:
@@ -178,9 +264,12 @@ class RecordBook:
         lookups = lookups_of(packed)
         with idx.lock:
             if version is None or idx.version != version:
+                from_zero = idx.last_batch == 0
                 for batch_id, held in conn.execute(_CATCH_UP, {"mid": model_id, "after": idx.last_batch}):
                     idx.add(int(batch_id), lookups_of(bytes(held)))
                 idx.version = version
+                if from_zero and idx.size:
+                    self._built(model_id, idx)
             probe = Probe(idx, idx.last_batch, version, model_id, packed, lookups)
             candidates = idx.candidates(lookups) if idx.size else []
         if not candidates:

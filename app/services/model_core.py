@@ -23,7 +23,7 @@ from sqlalchemy import BigInteger, any_, bindparam, insert, select, update
 from sqlalchemy.dialects.postgresql import ARRAY as PG_ARRAY
 
 from ..db.session import Database
-from ..db.record_batches import Found, RecordBook
+from ..db.record_batches import Found, RecordBook, index_budget
 from ..db import state_log
 from ..db.tables import Model, Record, Tenant
 from ..errors import Problem
@@ -294,7 +294,9 @@ class ModelCore:
         self._published: dict[tuple[str, int], tuple] = {}
         self.metrics = metrics
         # per model, the in-memory index of its learned records' commitments (app/db/record_batches.py)
-        self.records = RecordBook(settings.record_index_max_entries, is_postgresql=not db.is_sqlite)
+        self.records = RecordBook(index_budget(settings.record_index_max_entries), is_postgresql=not db.is_sqlite)
+        if metrics is not None:
+            metrics.watch_records(self.records)
         self._record_keys: dict[str, bytes] = {}  # tenant id -> opened record key (secret; never served)
         # per-model gates and the compute deadline of learn / unlearn / retrain (app/services/concurrency.py)
         self.gates = ModelGates(getattr(settings, "request_deadline_seconds", 10.0))
