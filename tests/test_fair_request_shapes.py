@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import app.api.models as model_routes
+from app.services.prediction import Prediction
 from app import features as features_module
 from app.features import featurize, featurize_many, normalize_spec
 
@@ -113,12 +114,17 @@ def test_hashed_predict_goes_to_a_worker_by_its_real_size(tenant, server, monkey
     for mid in (big, small):
         assert _learn(c, mid, 20).status_code == 200
     monkeypatch.setattr(sched, "slot", recorded)
-    # one dictionary of one field: 1 value by its fields, 10^5 values once encoded
-    assert c.post(f"/v1/models/{big}/predict", json={"features": [{"c": "v1"}]}).status_code == 200
-    assert turns == [tenant_id]
-    assert c.post(f"/v1/models/{small}/predict", json={"features": [{"c": "v1"}]}).status_code == 200
     inline = server.backend == "sqlite"  # PostgreSQL reads keep the worker-thread hop
-    assert turns == ([tenant_id] if inline else [tenant_id] * 2)
+    # a prediction scores a dictionary's tokens (sparse rows), not its 10^5 dense values: one row is the loop's at any
+    # hashed dim; more rows than INLINE_HASHED_ROWS (each hashed in Python) go to a worker in the tenant's turn
+    for mid in (big, small):
+        assert c.post(f"/v1/models/{mid}/predict", json={"features": [{"c": "v1"}]}).status_code == 200
+    assert turns == ([] if inline else [tenant_id] * 2)
+    turns.clear()
+    rows = Prediction.INLINE_HASHED_ROWS + 1
+    r = c.post(f"/v1/models/{big}/predict", json={"features": [{"c": f"v{i}"} for i in range(rows)]})
+    assert r.status_code == 200 and len(r.json()["predictions"]) == rows
+    assert turns == [tenant_id]
 
 
 def test_hashed_model_learn_batch_fits_the_request_memory(tenant):

@@ -381,7 +381,9 @@ class Unlearner(ABC):
                           X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(predictions, outputs) of the raw features X from the published parameters: the outputs are what the API
         calls scores (logistic: the class-1 probability; softmax: the n x K class probabilities; otherwise the
-        value).  InputError (out-of-bounds-input) when the scores are not finite numbers."""
+        value).  InputError (out-of-bounds-input) when the scores are not finite numbers.  X is a 2-D array, or a
+        scipy CSR array of the same shape (a hashed model's rows: the service scores their tokens alone); a family
+        that overrides this reads X through products only (tests/test_sparse_scoring.py)."""
         with np.errstate(over="ignore", invalid="ignore"):
             scores = loss.linear_scores(published, X)
             out = loss.score_output(scores) if np.all(np.isfinite(scores)) else scores
