@@ -118,6 +118,10 @@ class Settings(BaseSettings):
         description="Seconds a thread may hold the GIL while another waits for it (sys.setswitchinterval; Python's "
                     "default is 0.005): the event loop, which answers the small requests, waits at most this long "
                     "behind a computing worker thread at each step of a request; 0: left as it is.")
+    gc_freeze: bool = Field(
+        True, description="Move the objects loaded at start-up (and again once the compiled kernels have loaded) out "
+                          "of the cyclic garbage collector's full passes (gc.freeze, app/gc_pauses.py): each pass "
+                          "otherwise walked ~200 000 objects and stopped every request for ~100 ms.")
     # per-tenant quotas (app/services/quotas.py); the admin sets them per tenant (PUT /v1/tenants/{id}/quotas)
     tenant_max_models: int = Field(
         100, ge=0, description="Default quota: live models per tenant; 0: no limit.")

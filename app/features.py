@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import mmh3
 import numpy as np
+from scipy.sparse import csr_array  # imported with the app: its objects are frozen at start-up (gc_pauses.py)
 
 HASH = "murmurhash3_x64_128"
 SEED = 0x4F4C55  # fixed and public ("OLU"): the same token lands in the same bucket on every server, forever
@@ -207,8 +208,6 @@ def sparse_rows(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any] | None
     and 1 000 of them a few kB, not 800 MB).  Each bucket holds the same sum (its tokens added in order from 0.0,
     ``np.add.at``); a row's L2 norm, for the clipping, is summed over its non-zeros alone, so a clipped row, and any
     score, may differ from the dense product's in the last bits.  A missing dictionary is ``features-required``."""
-    from scipy.sparse import csr_array
-
     D = spec["dim"]
     n = len(rows)
     keys: list[int] = []

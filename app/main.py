@@ -19,6 +19,7 @@ from .api.fairness import FairScheduler, TenantLimiter, compute_slots
 from .api.operation_turns import turns_of
 from .api.ratelimit import AuthFailureThrottle, RateLimit
 from .api.shared_limits import SharedTenantLimiter
+from . import gc_pauses
 from .config import Settings
 from .crypto import Cipher
 from .db.migrate import migration_status, upgrade_to_head
@@ -202,6 +203,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         await ctx.operation_runner.start()  # runs operations here unless OLU_OPERATION_WORKERS=0
+        if settings.gc_freeze:  # short full collections (issue 37)
+            gc_pauses.freeze_at_start_up(lambda: kernels_status() == "compiling")
         yield
         await ctx.operation_runner.stop()  # the running ones are given back (queued again)
         if isinstance(ctx.tenant_limits, SharedTenantLimiter):

@@ -43,6 +43,9 @@ settings.register_profile("ci", max_examples=25, deadline=None, suppress_health_
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 ADMIN_TOKEN = "test-admin-" + secrets.token_hex(16)  # the service refuses admin tokens under 32 characters
+# the suite starts hundreds of apps in one process: freezing each one's objects (gc_pauses.py) would keep every
+# earlier test's garbage cycles for good; tests/test_gc_pauses.py turns it on for itself
+os.environ.setdefault("OLU_GC_FREEZE", "0")
 PG_URL = os.environ.get("OLU_TEST_POSTGRES_URL")
 
 

@@ -28,7 +28,7 @@ class Prediction(UseCase):
     # predict at d = 64 (6 400 values, 130 kB) held the event loop 2.4 ms at the median and 7 ms at p90 under a
     # flood, and another tenant's 1-row predicts waited behind it (5-10 ms before their request was read).
     INLINE_PREDICT_VALUES = 1_024
-    INLINE_BODY_BYTES = 16_384
+    INLINE_BODY_BYTES = 4_096  # 16 KiB before: 1 000 hashed rows' JSON (13 KB) was parsed and validated on the loop (~1 ms)
     INLINE_HASHED_ROWS = 64  # a hashed row's tokens are hashed in Python (~5 us each): 64 rows, ~0.3 ms on the loop
 
     def predict_inline(self, X: list[list[float]]) -> bool:
