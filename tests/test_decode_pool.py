@@ -43,7 +43,16 @@ def pool_only(server, monkeypatch):
     return ctx
 
 
-def test_large_learn_bodies_are_decoded_in_the_pool(tenant, pool_only):
+def test_large_learn_bodies_are_decoded_in_the_pool(tenant, pool_only, monkeypatch):
+    from app.api import decode_pool
+
+    received = []
+
+    class Watched(decode_pool.Chunks):  # what the route hands the pool: the body's chunks, not joined bytes
+        def __init__(self, chunks):
+            super().__init__(chunks)
+            received.append(self.size)
+    monkeypatch.setattr(model_routes, "Chunks", Watched)
     _, c = tenant
     mid = create_model(c, dim=8)["id"]
     step = 0
@@ -57,7 +66,8 @@ def test_large_learn_bodies_are_decoded_in_the_pool(tenant, pool_only):
         again = c.post(f"/v1/models/{mid}/learn", content=raw, headers=headers)  # same fingerprint: a replay
         assert again.json() == r.json() and again.headers.get("idempotent-replayed") == "true", shape
     assert c.get(f"/v1/models/{mid}").json()["n_records"] == 120
-    assert pool_only.decode_pool._pool is not None
+    assert pool_only.decode_pool.started >= 1
+    assert len(received) == 6  # each of the 3 bodies and its replay reached the pool as chunks, never joined here
 
 
 def test_refusals_from_the_pool_are_the_in_process_ones(tenant, server, pool_only, monkeypatch):
@@ -136,3 +146,40 @@ def test_large_predict_evaluate_and_unlearn_bodies_are_decoded_in_the_pool(tenan
     monkeypatch.undo()  # the same key with the same body decoded in the server's process: the same fingerprint
     same = c.post(f"/v1/models/{mid}/unlearn", content=forget, headers=headers)
     assert same.json() == r.json() and same.headers.get("idempotent-replayed") == "true"
+
+
+def test_the_pool_moves_large_rows_as_raw_bytes_and_replaces_a_dead_process():
+    """The pool's own transport (decode_pool._Worker): a body goes down as the chunks the server received (never
+    joined in its process), rows of megabytes come back bit for bit into their array (not pickled), a process is
+    reused, and one that died answers 503 not-ready, changes nothing, and is replaced."""
+    import os
+    import signal
+
+    from app.api.decode_pool import ARRAY_BYTES, Chunks, DecodePool
+    from app.errors import Problem
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((20_000, 16))
+    y = rng.integers(0, 2, 20_000).astype("<f8")
+    assert X.nbytes >= ARRAY_BYTES
+    raw = msgpack.packb({"ids": [f"r{i}" for i in range(20_000)], "x": X.astype("<f8").tobytes(), "y": y.tobytes()})
+    pool = DecodePool(1)
+    try:
+        pieces = Chunks([raw[a:a + 65_536] for a in range(0, len(raw), 65_536)])  # as the server received it
+        assert len(pieces) == len(raw)
+        for body in (raw, pieces):
+            batch = pool.learn_body(body, "application/msgpack", False)
+            assert np.array_equal(np.asarray(batch.X), X) and np.asarray(batch.X).dtype == np.float64
+            assert list(batch.ids[:2]) == ["r0", "r1"] and len(batch.ids) == 20_000
+        assert pool.started == 1
+        worker = pool._idle.queue[0]
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        worker.proc.join(5)
+        with pytest.raises(Problem) as e:
+            pool.learn_body(raw, "application/msgpack", False)
+        assert e.value.status == 503 and e.value.slug == "not-ready"
+        assert pool.started == 0
+        again = pool.learn_body(raw, "application/msgpack", False)  # a fresh process
+        assert np.array_equal(np.asarray(again.X), X) and pool.started == 1
+    finally:
+        pool.shutdown()

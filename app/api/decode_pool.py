@@ -8,21 +8,25 @@ and validated by the same function as in the server (``parse_learn_body``, or ``
 route's model) in a process of a small pool, from the worker thread that holds the tenant's turn of the fair
 scheduler (app/api/models.py, app/api/evaluation.py); that thread waits for the answer without the GIL.
 
-What comes back is what is cheap to take in: the rows as float64 arrays (unpickled as one copy of their bytes),
+What comes back is what is cheap to take in: the rows as float64 arrays (read from the pipe straight into the
+array, the GIL released during each read; the body goes down the same way: ``_Worker.call``),
 the ids and labels as lists (at most OLU_MAX_BATCH of them), feature dictionaries as they are, and, when the
 request carries an Idempotency-Key, the canonical JSON its fingerprint is computed from.  A refusal comes back as
 the same problem the request would get decoded in this process (the same function runs there).
 
 Chosen over the alternatives (docs/operations.md §10.1): a lower JSON body limit would refuse bodies clients send
 today, and msgpack decoding holds the GIL too; decoding in chunks needs a streaming parser orjson does not have.
-The process pool uses ``spawn`` (a fork of a process running threads may copy a held lock).
+The process pool uses ``spawn`` (a fork of a process running threads may copy a held lock); its processes are the
+pool's own, each with one pipe, not a ``ProcessPoolExecutor``, whose pickled calls and results copied the body and
+the rows inside single C calls holding the GIL (~5 ms each for 19 MiB: the fairness bench's msgpack row).
 """
 from __future__ import annotations
 
 import multiprocessing
+import os
+import queue
+import struct
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import numpy as np
@@ -130,45 +134,187 @@ def _answer(out: tuple) -> LearnBatch:
     return LearnBatch(ids, X, y, _Fingerprint(text), F)
 
 
+ARRAY_BYTES = 64 << 10  # a result array at least this large comes back as raw bytes, not pickled
+
+
+class Chunks:
+    """A large request body as the chunks the server received, never joined in the server's process: joining
+    19 MiB took ~10 ms of the event loop holding the GIL (most of it page faults of the fresh buffer), and every
+    other tenant's request waited (fairness bench); the pool's process receives the chunks and joins them."""
+
+    def __init__(self, chunks: list[bytes]):
+        self.chunks = chunks
+        self.size = sum(len(c) for c in chunks)
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data).cast("B")
+    while len(view):
+        view = view[os.write(fd, view):]  # each write without the GIL
+
+
+def _read_into(fd: int, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = os.readv(fd, [view[got:]])  # straight into the buffer, the GIL released during the read
+        if n == 0:
+            raise EOFError
+        got += n
+
+
+def _serve(conn) -> None:
+    """A pool process: forever, a call's name and keyword arguments (pickled, small), then the body (raw bytes);
+    answers the result with its large arrays replaced by (shape, dtype) and sent after it as raw bytes."""
+    calls = {"decode_learn": decode_learn, "decode_json": decode_json}
+    while True:
+        try:
+            name, kwargs, size = conn.recv()
+            body = bytearray(size)
+            _read_into(conn.fileno(), memoryview(body))
+        except (EOFError, OSError):
+            return
+        raw = bytes(body)
+        del body
+        out = calls[name](raw=raw, **kwargs)
+        del raw
+        arrays = [i for i, v in enumerate(out) if isinstance(v, np.ndarray) and v.dtype.kind in "fi"
+                  and v.nbytes >= ARRAY_BYTES]
+        meta = tuple(("__array__", out[i].shape, out[i].dtype.str) if i in arrays else v for i, v in enumerate(out))
+        conn.send((meta, arrays))
+        for i in arrays:
+            conn.send_bytes(memoryview(np.ascontiguousarray(out[i])).cast("B"))
+
+
+class _Broken(Exception):
+    """A pool process died or its pipe broke in the middle of a call."""
+
+
+class _Worker:
+    """One pool process and the parent's end of its pipe."""
+
+    def __init__(self, ctx):
+        self.conn, theirs = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=_serve, args=(theirs,), name="olu-decode", daemon=True)
+        self.proc.start()
+        theirs.close()
+
+    def call(self, name: str, raw: "bytes | Chunks", kwargs: dict) -> tuple:
+        """Send the call and take the result in.  The body goes down the pipe from its own buffer and the large
+        arrays come up into theirs, each system call without the GIL (what ProcessPoolExecutor pickled: the 19 MiB
+        body copied into a pickle, the rows copied out of one, each a single C call holding the GIL for ~5 ms)."""
+        chunks = raw.chunks if isinstance(raw, Chunks) else [raw]
+        try:
+            self.conn.send((name, kwargs, len(raw)))
+            for chunk in chunks:
+                _write_all(self.conn.fileno(), chunk)
+            meta, arrays = self.conn.recv()
+            out = list(meta)
+            for i in arrays:
+                _, shape, dtype = meta[i]
+                out[i] = self._read_array(shape, np.dtype(dtype))
+            return tuple(out)
+        except (EOFError, OSError, ValueError) as e:
+            raise _Broken() from e
+
+    def _read_array(self, shape, dtype) -> np.ndarray:
+        arr = np.empty(shape, dtype=dtype)
+        view = memoryview(arr).cast("B")
+        fd = self.conn.fileno()
+        (size,) = struct.unpack("!i", _read_exact(fd, 4))  # send_bytes's header
+        if size != view.nbytes:
+            raise ValueError("a decode pool answer does not match its header")
+        _read_into(fd, view)
+        return arr
+
+    def stop(self) -> None:
+        try:
+            self.conn.close()
+        finally:
+            if self.proc.is_alive():
+                self.proc.terminate()
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = os.read(fd, n - len(out))
+        if not chunk:
+            raise EOFError
+        out += chunk
+    return out
+
+
 class DecodePool:
-    """A lazily started pool of ``processes`` decoding processes (spawned at the first large body)."""
+    """A lazily started pool of at most ``processes`` decoding processes (spawned as bodies need them)."""
 
     def __init__(self, processes: int):
         self.processes = max(1, int(processes))
-        self._pool: ProcessPoolExecutor | None = None
+        self._ctx = multiprocessing.get_context("spawn")
+        self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
+        self._started = 0
         self._lock = threading.Lock()
 
-    def _executor(self) -> ProcessPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
-            return self._pool
+    @property
+    def started(self) -> int:
+        """Processes started and alive in the pool (0 before the first large body)."""
+        return self._started
 
-    def _run(self, fn, *args) -> tuple:
+    def _take(self) -> _Worker:
+        with self._lock:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                if self._started < self.processes:
+                    self._started += 1
+                    try:
+                        return _Worker(self._ctx)
+                    except Exception:
+                        self._started -= 1
+                        raise
+        return self._idle.get()
+
+    def _run(self, name: str, raw: "bytes | Chunks", **kwargs) -> tuple:
+        worker = self._take()
         try:
-            return self._executor().submit(fn, *args).result()
-        except BrokenProcessPool:  # a decoding process died (e.g. killed for memory): start afresh next time
+            out = worker.call(name, raw, kwargs)
+        except _Broken:  # a decoding process died (e.g. killed for memory): a fresh one next time
+            worker.stop()
             with self._lock:
-                self._pool = None
+                self._started -= 1
             raise Problem(503, "not-ready", "The request body could not be decoded now; nothing was changed. Retry.",
                           headers={"Retry-After": "1"}) from None
+        except BaseException:
+            worker.stop()  # the pipe may hold the rest of an answer: never reused
+            with self._lock:
+                self._started -= 1
+            raise
+        self._idle.put(worker)
+        return out
 
     def learn_body(self, raw: bytes, content_type: str | None, fingerprint: bool) -> LearnBatch:
         """Blocking (call it from a worker thread): the learn body decoded in the pool."""
-        return _answer(self._run(decode_learn, raw, content_type, fingerprint))
+        return _answer(self._run("decode_learn", raw, content_type=content_type, fingerprint=fingerprint))
 
     def unlearn_body(self, raw: bytes, content_type: str | None, fingerprint: bool) -> tuple:
         """Blocking: (body with ``ids`` and the fingerprint, examples as the route passes them on)."""
-        _, ids, examples, text = _refused(self._run(decode_json, "unlearn", raw, content_type, fingerprint))
+        _, ids, examples, text = _refused(self._run("decode_json", raw, kind="unlearn", content_type=content_type,
+                                                    fingerprint=fingerprint))
         return UnlearnBody(ids, text), examples
 
     def inputs(self, kind: str, raw: bytes, content_type: str | None) -> tuple:
         """Blocking: a predict's or an evaluate's (x, features, y) decoded in the pool (y None for predict)."""
-        _, x, features, y = _refused(self._run(decode_json, kind, raw, content_type, False))
+        _, x, features, y = _refused(self._run("decode_json", raw, kind=kind, content_type=content_type,
+                                               fingerprint=False))
         return x, features, y
 
     def shutdown(self) -> None:
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            self._started = 0
+            while True:
+                try:
+                    self._idle.get_nowait().stop()
+                except queue.Empty:
+                    break

@@ -13,6 +13,7 @@ from ..unlearning import ALGORITHMS
 from ..schemas import (NO_CONTROL, LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
                            PredictResponse, RetrainResponse, UnlearnRequest, UnlearnResponse)
 from . import idempotent, operations
+from .decode_pool import Chunks
 from .json_body import INLINE_BODY_BYTES, openapi_body
 from .json_body import parse as parse_json_body
 from .learn_body import openapi_request_body, parse_learn_body
@@ -67,8 +68,20 @@ def delete_model(model_id: ModelId, request: Request, p: Writer):
     return Response(status_code=204)
 
 
-async def _raw_body(request: Request) -> bytes:
-    return await request.body()
+async def _raw_body(request: Request) -> "bytes | Chunks":
+    """The request body: bytes, or, when it is large enough for the decode pool, its chunks as received (Chunks,
+    joined only in the pool's process: app/api/decode_pool.py)."""
+    ctx = get_ctx(request)
+    if getattr(ctx, "decode_pool", None) is None:
+        return await request.body()
+    chunks: list[bytes] = []
+    async for chunk in request.stream():
+        if chunk:
+            chunks.append(chunk)
+    if sum(len(c) for c in chunks) > ctx.settings.decode_process_bytes:
+        return Chunks(chunks)
+    request._body = body = b"".join(chunks)  # as Request.body() keeps it, for any later reader
+    return body
 
 
 # The hot routes are async and make one worker-thread hop for the blocking part (decode, service call, encode).
