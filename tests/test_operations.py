@@ -306,3 +306,46 @@ def test_a_key_rotation_rewraps_the_sealed_request_of_an_operation_not_yet_ended
     with pytest.raises(Exception, match="shredded"):
         OperationStore(db, Cipher(k2), store.settings).chunk(lease, 0)
     db.dispose()
+
+
+def test_a_models_operations_run_in_order_whichever_process_claims_them(tmp_path):
+    """A queued operation is claimed only once no operation of its model runs in any process (its lease valid or
+    not) and none was queued before it: a process restarted beside a dead one's running unlearn, or a second replica,
+    does not start the retrain queued behind it (tests/test_operations_crash.py saw it run first after a restart)."""
+    import base64
+    import os
+
+    from app.config import Settings
+    from app.crypto import Cipher
+    from app.db.migrate import upgrade_to_head
+    from app.db.session import Database
+    from sqlalchemy import select
+
+    from app.db.tables import Operation, Tenant
+    from app.ids import utcnow
+    from app.services.operations import OperationStore
+
+    db = Database(f"sqlite:///{tmp_path / 'olu.db'}")
+    upgrade_to_head(db.engine)
+    store = OperationStore(db, Cipher(os.urandom(32)), Settings(data_dir=tmp_path))
+    with db.write() as s:
+        s.add(Tenant(id="ten_x", name="x", record_key=base64.b64encode(os.urandom(32)), created_at=utcnow()))
+        s.flush()
+        first = store.create(s, "ten_x", "mdl_x", "unlearn", 2).id
+        second = store.create(s, "ten_x", "mdl_x", "retrain", 1).id
+        other = store.create(s, "ten_x", "mdl_y", "retrain", 1).id
+
+    def ids():
+        return [c.id for c in store.candidates()]
+
+    assert ids() == [first, other]  # the retrain waits behind the older unlearn of its model
+    by_id = {c.id: c for c in store.candidates(50)}
+    with db.read() as s:
+        row = s.execute(select(Operation.id, Operation.tenant_id, Operation.model_id, Operation.status,
+                               Operation.fence).where(Operation.id == second)).one()
+    assert store.claim(row, "replica-b") is None  # an older operation of the model is queued
+    lease = store.claim(by_id[first], "replica-a")
+    assert lease is not None and lease.id == first
+    assert ids() == [other]  # the unlearn runs (a valid lease, any process): the retrain still waits
+    assert store.claim(row, "replica-b") is None
+    db.dispose()

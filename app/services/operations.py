@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, or_, select, update
+from sqlalchemy import exists, func, insert, or_, select, text, update
 
 from ..db import operation_payloads as payloads
 from ..db.session import Database
@@ -35,6 +35,15 @@ from ..errors import Problem
 from ..ids import id_pattern, new_id, utcnow
 
 _O = Operation.__table__
+_OTHER = Operation.__table__.alias("other")
+_CLAIM_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+
+
+def _model_busy(model_id, op_id):
+    """EXISTS: another operation of the model is running (in any process, its lease valid or not), or an older one
+    of it is still queued: a queued operation waits for both."""
+    return exists().where(_OTHER.c.model_id == model_id, _OTHER.c.id != op_id,
+                          or_(_OTHER.c.status == "running", (_OTHER.c.status == "queued") & (_OTHER.c.id < op_id)))
 KINDS = ("retrain", "unlearn", "learn")
 ACTIVE = ("queued", "running")
 _OP_ID = id_pattern("op")
@@ -172,11 +181,13 @@ class OperationStore:
 
     # ---- the runner's side ---------------------------------------------------------------------------------------
     def candidates(self, limit: int = 20) -> list[Any]:
-        """Operations a process may claim: queued, or running with an expired lease (oldest first)."""
+        """Operations a process may claim: running with an expired lease, or queued where no operation of the same
+        model is running in any process nor queued before it (a model's operations run one after another, in the
+        order they were asked for, whichever processes run them); oldest first."""
         now = utcnow()
         with self.db.read() as s:
             return s.execute(select(_O.c.id, _O.c.tenant_id, _O.c.model_id, _O.c.status, _O.c.fence)
-                             .where(or_(_O.c.status == "queued",
+                             .where(or_((_O.c.status == "queued") & ~_model_busy(_O.c.model_id, _O.c.id),
                                         (_O.c.status == "running") & (_O.c.lease_until < now)))
                              .order_by(_O.c.id).limit(limit)).all()
 
@@ -191,6 +202,14 @@ class OperationStore:
         token = secrets.token_hex(16)
         ended = False
         with self.db.write() as s:
+            if candidate.status == "queued":
+                # claims of one model's operations serialised (PostgreSQL: a transaction-scoped advisory lock on the
+                # model id, apart from its row, which a write may hold for long; SQLite's write lock already does):
+                # two processes never start two operations of one model, nor one while an earlier one runs elsewhere
+                if not self.db.is_sqlite:
+                    s.execute(_CLAIM_LOCK, {"key": f"olu-operations:{candidate.model_id}"})
+                if s.execute(select(_model_busy(candidate.model_id, candidate.id))).scalar():
+                    return None
             row = s.execute(select(_O.c.attempts, _O.c.cancel_requested).where(*still)).first()
             if row is None:
                 return None

@@ -64,7 +64,7 @@ from ..mechanism.calibration import Checks
 from ..mechanism.fast_dgauss import route as dgauss_route
 from ..mechanism.noise import NoiseSource
 from . import ridge_private as private
-from .narrow_words import narrow, stored_as_narrow, wide
+from .narrow_words import narrow_all, wide_all
 from .ridge_solve import GCV_STEPS, gcv_solve, solve_spd
 from .ridge_sums import (BLAS_SINGLE_THREAD, DEFAULT_GRID_BITS, GRID_BITS, LO_LIMIT, MIN_BLOCK_ROWS,  # noqa: F401
                          RidgeGrid, Scale, WideInt, accumulate, block_rows, from_upper, upper_state)
@@ -275,9 +275,7 @@ class ExactRidge(Unlearner):
         for name, s in zip(("B", "C"), self.sums[1:]):
             out.update(s.state(name))
         if upper:
-            for name in ("A_upper", "B"):
-                if name in out:
-                    out.update(narrow(out.pop(name), name))
+            narrow_all(out, ("A_upper", "B"))
         out.update({"t": self.t, "n_deletions": self.n_deletions, "epoch": self.epoch})
         if self.private is not None:
             out.update(self.private.state())
@@ -289,11 +287,7 @@ class ExactRidge(Unlearner):
     def load_state(self, state: Mapping[str, Any]) -> None:
         p, k = self.spec.dim + 1, self.grid.outputs
         shapes = {"A": (p, p), "B": (k, p), "C": (k,)}
-        sizes = {"A_upper": p * (p + 1) // 2, "B": k * p}
-        widened = {name: wide(state, name, size).reshape(shapes.get(name, (size,)))
-                   for name, size in sizes.items() if stored_as_narrow(state, name)}
-        if widened:
-            state = {**state, **widened}
+        state = wide_all(state, {"A_upper": (p * (p + 1) // 2,), "B": (k, p)})
         if "A" not in state and "A_upper" in state:  # the stored form: A's upper triangle
             hi = state.get("A_upper_hi")
             lo, hi = from_upper(np.asarray(state["A_upper"]), None if hi is None else np.asarray(hi), p)

@@ -76,3 +76,17 @@ def wide(state: Mapping, name: str, size: int) -> np.ndarray:
         v = lo.view(f"<i{lo_bytes}").astype(np.int64)
     v[xi] = xv
     return v
+
+
+def narrow_all(state: dict, names: tuple[str, ...]) -> None:
+    """Each array ``names`` of ``state`` replaced by its narrow form, in place (those absent left out)."""
+    for name in names:
+        if name in state:
+            state.update(narrow(state.pop(name), name))
+
+
+def wide_all(state: Mapping, shapes: Mapping[str, tuple[int, ...]]) -> Mapping:
+    """``state`` with each of ``shapes``'s names that is stored narrow read back as int64 words of that shape."""
+    widened = {name: wide(state, name, int(np.prod(shape))).reshape(shape)
+               for name, shape in shapes.items() if stored_as_narrow(state, name)}
+    return {**state, **widened} if widened else state
