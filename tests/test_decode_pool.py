@@ -183,3 +183,18 @@ def test_the_pool_moves_large_rows_as_raw_bytes_and_replaces_a_dead_process():
         assert np.array_equal(np.asarray(again.X), X) and pool.started == 1
     finally:
         pool.shutdown()
+
+
+def test_a_decoder_failure_in_the_pool_is_an_error_not_a_dead_process(monkeypatch):
+    """A decoder that raises (a bug, not a refusal) is raised in the server as an error; the process lives on."""
+    from app.api import decode_pool as dp
+
+    pool = dp.DecodePool(1)
+    try:
+        with pytest.raises(RuntimeError, match="decoding in the pool failed"):
+            pool._run("decode_json", b"{}", kind="no-such-kind", content_type="application/json", fingerprint=False)
+        assert pool.started == 1 and pool._idle.qsize() == 1  # the same process serves the next body
+        x, features, y = pool.inputs("predict", b'{"x": [[0.5, 0.25]]}', "application/json")
+        assert np.asarray(x).tolist() == [[0.5, 0.25]] and y is None
+    finally:
+        pool.shutdown()

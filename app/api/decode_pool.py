@@ -178,7 +178,10 @@ def _serve(conn) -> None:
             return
         raw = bytes(body)
         del body
-        out = calls[name](raw=raw, **kwargs)
+        try:
+            out = calls[name](raw=raw, **kwargs)
+        except Exception as e:  # noqa: BLE001 - a decoder's own failure: the parent raises it as an error (a 500)
+            out = ("error", f"{type(e).__name__}: {e}"[:500])
         del raw
         arrays = [i for i, v in enumerate(out) if isinstance(v, np.ndarray) and v.dtype.kind in "fi"
                   and v.nbytes >= ARRAY_BYTES]
@@ -292,6 +295,8 @@ class DecodePool:
                 self._started -= 1
             raise
         self._idle.put(worker)
+        if out and out[0] == "error":  # the decoder failed in the pool (a bug, not the body): as it would here
+            raise RuntimeError(f"decoding in the pool failed: {out[1]}")
         return out
 
     def learn_body(self, raw: bytes, content_type: str | None, fingerprint: bool) -> LearnBatch:
