@@ -184,22 +184,39 @@ def featurize_many(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], x
     step = chunk_rows(D)
     for a in range(0, n, step):
         b = min(n, a + step)
-        idx: list[int] = []
-        val: list[float] = []
-        for i in range(a, b):
-            start = len(idx)
-            try:
-                _tokens(spec, rows[i], idx, val)
-            except FeatureError as e:
-                e.index = i
-                raise
-            if i > a:
-                off = (i - a) * D
-                idx[start:] = [t + off for t in idx[start:]]
-        if idx:  # unbuffered, in token order from 0.0: each bucket's sum is bincount's, with no n x dim temporary
-            np.add.at(X[a:b].reshape(-1), np.asarray(idx, dtype=np.int64), np.asarray(val, dtype=np.float64))
+        idx, val = _flat_tokens(spec, rows, a, b)
+        if len(idx):  # unbuffered, in token order from 0.0: each bucket's sum is bincount's, no n x dim temporary
+            np.add.at(X[a:b].reshape(-1), idx, val)
             clip_rows(X[a:b], x_norm, out=X[a:b])
     return X
+
+
+def _flat_tokens(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], a: int, b: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens of ``rows[a:b]`` in row, then token order: their positions in the flat (b - a) x dim block
+    ((i - a) dim + bucket, int64) and their signed values; a refusal names the example (``FeatureError.index``)."""
+    D = spec["dim"]
+    idx: list[int] = []
+    val: list[float] = []
+    for i in range(a, b):
+        start = len(idx)
+        try:
+            _tokens(spec, rows[i], idx, val)
+        except FeatureError as e:
+            e.index = i
+            raise
+        if i > a:
+            off = (i - a) * D
+            idx[start:] = [t + off for t in idx[start:]]
+    return np.asarray(idx, dtype=np.int64), np.asarray(val, dtype=np.float64)
+
+
+def _require_dictionaries(F: Sequence[Mapping[str, Any] | None] | None, n: int) -> None:
+    """``features-required`` naming the first of the ``n`` examples that carries no dictionary."""
+    missing = next((i for i in range(n) if F is None or F[i] is None), None)
+    if missing is not None:
+        raise FeatureError("this model takes feature dictionaries: send 'features', not 'x'", "x",
+                           "features-required", missing)
 
 
 def sparse_rows(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any] | None], x_norm: float) -> Any:
@@ -210,23 +227,11 @@ def sparse_rows(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any] | None
     score, may differ from the dense product's in the last bits.  A missing dictionary is ``features-required``."""
     D = spec["dim"]
     n = len(rows)
-    keys: list[int] = []
-    val: list[float] = []
-    for i in range(n):
-        if rows[i] is None:
-            raise FeatureError("this model takes feature dictionaries: send 'features', not 'x'", "x",
-                               "features-required", i)
-        start = len(keys)
-        try:
-            _tokens(spec, rows[i], keys, val)
-        except FeatureError as e:
-            e.index = i
-            raise
-        if i:
-            keys[start:] = [t + i * D for t in keys[start:]]
-    flat, inverse = np.unique(np.asarray(keys, dtype=np.int64), return_inverse=True)  # sorted: row, then bucket
+    _require_dictionaries(rows, n)
+    keys, val = _flat_tokens(spec, rows, 0, n)
+    flat, inverse = np.unique(keys, return_inverse=True)  # sorted: row, then bucket
     data = np.zeros(len(flat))
-    np.add.at(data, inverse, np.asarray(val, dtype=np.float64))  # unbuffered, in token order from 0.0
+    np.add.at(data, inverse, val)  # unbuffered, in token order from 0.0
     row_of = flat // D
     norms = np.sqrt(np.bincount(row_of, weights=data * data, minlength=n))
     over = norms > x_norm
@@ -288,8 +293,5 @@ def dense_rows(spec: Mapping[str, Any] | None, x_norm: float, X: Sequence[Any] |
             raise FeatureError("this model declares no feature dictionaries: send a dense 'x'", "features",
                                "features-not-declared", i)
         return X
-    missing = next((i for i in range(n) if F is None or F[i] is None), None)
-    if missing is not None:
-        raise FeatureError("this model takes feature dictionaries: send 'features', not 'x'", "x",
-                           "features-required", missing)
+    _require_dictionaries(F, n)
     return featurize_many(spec, F, x_norm)
