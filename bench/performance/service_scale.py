@@ -43,7 +43,7 @@ from app.unlearning import engine_class
 
 from ..common import machine, stream
 from .ingest import _pg_database
-from .service_store import TARGET_FORGET, TARGET_INGEST, create, engine_run, engine_spec, msgpack_body, \
+from .service_store import TARGET_FORGET, TARGET_INGEST, create, engine_run, engine_spec, learn_all, \
     start_service, tenant_client
 
 D = 32
@@ -82,29 +82,6 @@ def unlearn_body(resend: bool, i: int, X: np.ndarray, y: np.ndarray) -> dict:
     if not resend:
         return {"ids": [f"r{i}"]}
     return {"ids": [f"r{i}"], "examples": [{"id": f"r{i}", "x": X[i].tolist(), "y": float(y[i])}]}
-
-
-def learn_capped(targets, X: np.ndarray, y: np.ndarray, batch: int, cap_s: float | None, log=print
-                 ) -> tuple[list[float], int]:
-    """Learn X, y into every (client, model id) in batches, the targets in turn batch by batch (bodies encoded before
-    the clock starts); stops after the round that passes ``cap_s`` seconds of wall time.  (Per target the summed
-    request time, the records learned.)"""
-    spent, t_start, learned = [0.0] * len(targets), time.perf_counter(), 0
-    for k, a in enumerate(range(0, len(X), batch)):
-        raw = msgpack_body([f"r{i}" for i in range(a, min(len(X), a + batch))], X[a:a + batch], y[a:a + batch])
-        for j, (c, mid) in enumerate(targets):
-            t0 = time.perf_counter()
-            r = c.post(f"/v1/models/{mid}/learn", content=raw, headers={"content-type": "application/msgpack"})
-            spent[j] += time.perf_counter() - t0
-            if r.status_code != 200:
-                raise RuntimeError(f"learn {mid}: {r.status_code} {r.text[:400]}")
-        learned = min(len(X), a + batch)
-        if k % 20 == 19:
-            log(f" learned {learned:,}: " + ", ".join(f"{learned / s:,.0f}/s" for s in spent))
-        if cap_s is not None and time.perf_counter() - t_start > cap_s and learned < len(X):
-            log(f" stopped by the {cap_s:.0f} s cap at {learned:,} of {len(X):,} records")
-            break
-    return spent, learned
 
 
 def http_forgets(targets, views, picks, X, y) -> list[list[float]]:
@@ -151,7 +128,7 @@ def cell(backend: str, n: int, families: tuple[str, ...], batch: int, forgets: i
             targets = [(c, v["id"]) for c, v in zip(clients, views)]
             log(f"[{backend} n={n:,}] created: " + "; ".join(f"{v['algorithm']} {v['hyperparameters']}"
                                                           for v in views))
-            spent, learned = learn_capped(targets, X, y, batch, cap_s, log=lambda s: log(f"[{backend} n={n:,}]{s}"))
+            spent, learned = learn_all(targets, X, y, batch, cap_s=cap_s, log=lambda s: log(f"[{backend} n={n:,}]{s}"))
             X, y = X[:learned], y[:learned]
             picks = [int(i) for i in np.random.default_rng(36).choice(learned, size=forgets, replace=False)]
             http = http_forgets(targets, views, picks, X, y)

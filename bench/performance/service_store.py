@@ -78,22 +78,26 @@ def msgpack_body(ids: list[str], X: np.ndarray, y: np.ndarray) -> bytes:
 
 
 def learn_all(targets: list[tuple[httpx.Client, str]], X: np.ndarray, y: np.ndarray, batch: int = BATCH,
-              log=print) -> list[float]:
-    """Learn X, y into every (client, model id) in batches, the targets in turn batch by batch; per target the
-    summed request time (bodies encoded before the clock starts)."""
-    spent = [0.0] * len(targets)
+              log=print, cap_s: float | None = None) -> tuple[list[float], int]:
+    """Learn X, y into every (client, model id) in batches, the targets in turn batch by batch (bodies encoded before
+    the clock starts); with ``cap_s``, stops after the round that passes that many seconds of wall time.  (Per
+    target the summed request time, the records learned.)"""
+    spent, t_start, learned = [0.0] * len(targets), time.perf_counter(), 0
     for k, a in enumerate(range(0, len(X), batch)):
-        ids = [f"r{i}" for i in range(a, min(len(X), a + batch))]
-        raw = msgpack_body(ids, X[a:a + batch], y[a:a + batch])
+        raw = msgpack_body([f"r{i}" for i in range(a, min(len(X), a + batch))], X[a:a + batch], y[a:a + batch])
         for j, (c, mid) in enumerate(targets):
             t0 = time.perf_counter()
             r = c.post(f"/v1/models/{mid}/learn", content=raw, headers={"content-type": "application/msgpack"})
             spent[j] += time.perf_counter() - t0
             if r.status_code != 200:
                 raise RuntimeError(f"learn {mid}: {r.status_code} {r.text[:400]}")
+        learned = min(len(X), a + batch)
         if k % 20 == 19:
-            log(f"  learned {a + batch} records: " + ", ".join(f"{len(X[:a + batch]) / s:,.0f}/s" for s in spent))
-    return spent
+            log(f" learned {learned:,}: " + ", ".join(f"{learned / s:,.0f}/s" for s in spent))
+        if cap_s is not None and time.perf_counter() - t_start > cap_s and learned < len(X):
+            log(f" stopped by the {cap_s:.0f} s cap at {learned:,} of {len(X):,} records")
+            break
+    return spent, learned
 
 
 def forget_times(targets: list[tuple[httpx.Client, str]], picks: list[int]) -> list[list[float]]:
@@ -171,7 +175,7 @@ def run(n: int, forgets: int = FORGETS, log=print) -> dict:
             views = [create(c, body(a, None if a == "passive_olu" else n)) for c, a in zip(clients, names)]
             targets = [(c, v["id"]) for c, v in zip(clients, views)]
             log("created: " + "; ".join(f"{v['algorithm']} {v['hyperparameters']}" for v in views))
-            spent = learn_all(targets, X, y, log=log)
+            spent, _ = learn_all(targets, X, y, log=log)
             http = forget_times(targets, picks)
             db_bytes = sum(f.stat().st_size for f in Path(tmp).glob("olu.db*"))
             for c in clients:
