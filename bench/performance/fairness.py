@@ -99,6 +99,39 @@ def _flood(url: str, keys: list[str], mid: str, on, stop, counts, cpus, seed: in
     counts.put(tally)
 
 
+def b_windows(c: httpx.Client, path: str, body: bytes, on, rounds: int, window: float, busy: str,
+              settle: dict[str, float]) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Tenant B's requests (``body`` posted to ``path``), one at a time with B_THINK between them, timed in
+    ``rounds`` pairs of ``window``-second windows: "alone" (``on`` cleared) and ``busy`` (``on`` set: the other
+    tenant sends), each after ``settle[phase]`` seconds; after 20 untimed ones.  (Latencies per phase, B's answers
+    by status.)"""
+    for _ in range(20):
+        c.post(path, content=body).raise_for_status()
+    lat: dict[str, list[float]] = {"alone": [], busy: []}
+    codes: dict[str, int] = {}
+    for _ in range(rounds):
+        for phase in ("alone", busy):
+            (on.set if phase == busy else on.clear)()
+            time.sleep(settle[phase])
+            end = time.perf_counter() + window
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                r = c.post(path, content=body)
+                lat[phase].append(time.perf_counter() - t0)
+                codes[str(r.status_code)] = codes.get(str(r.status_code), 0) + 1
+                time.sleep(B_THINK)  # a client with a little think time, under its own tenant's limits
+    return lat, codes
+
+
+def percentiles(lat: dict[str, list[float]]) -> dict[str, dict]:
+    """Per phase: n, p50 and p99 (nearest rank) in seconds."""
+    out = {}
+    for phase, xs in lat.items():
+        xs = sorted(xs)
+        out[phase] = {"n": len(xs), "p50_s": statistics.median(xs), "p99_s": xs[int(0.99 * (len(xs) - 1))]}
+    return out
+
+
 def _scenario(name: str, env: dict, quick: bool, server_cpus: set[int] | None, client_cpus: set[int] | None) -> dict:
     tmp, admin = tempfile.mkdtemp(prefix="olu-fair-"), "bench-" + secrets.token_hex(16)
     srv = Server("app.main:app", {"OLU_DATA_DIR": tmp, "OLU_ADMIN_TOKEN": admin, "OLU_SQLITE_SYNCHRONOUS": "FULL",
@@ -130,24 +163,12 @@ def _scenario(name: str, env: dict, quick: bool, server_cpus: set[int] | None, c
             ready.get(timeout=300)
         window = 2.0 if quick else 5.0
         rounds = 2 if quick else 4
-        lat = {"alone": [], "flood": []}
         body = orjson.dumps({"x": [X[0].tolist()]})
         with httpx.Client(base_url=srv.url, headers={"authorization": f"Bearer {b['api_key']}",
                                                      "content-type": "application/json"}, timeout=60) as c:
-            for _ in range(20):
-                c.post(f"/v1/models/{mids[1]}/predict", content=body).raise_for_status()
-            b_codes: dict[str, int] = {}
-            for _ in range(rounds):
-                for phase in ("alone", "flood"):
-                    (on.set if phase == "flood" else on.clear)()
-                    time.sleep(0.2 if phase == "alone" else 0.0)  # the flood's requests in flight drain
-                    end = time.perf_counter() + window
-                    while time.perf_counter() < end:
-                        t0 = time.perf_counter()
-                        r = c.post(f"/v1/models/{mids[1]}/predict", content=body)
-                        lat[phase].append(time.perf_counter() - t0)
-                        b_codes[str(r.status_code)] = b_codes.get(str(r.status_code), 0) + 1
-                        time.sleep(B_THINK)  # a client with a little think time, under its own tenant's limits
+            # alone: the flood's requests in flight drain first
+            lat, b_codes = b_windows(c, f"/v1/models/{mids[1]}/predict", body, on, rounds, window, "flood",
+                                     {"alone": 0.2, "flood": 0.0})
         on.clear()
         stop.set()
         tally: dict[str, int] = {}
@@ -158,9 +179,7 @@ def _scenario(name: str, env: dict, quick: bool, server_cpus: set[int] | None, c
             p.join(timeout=30)
         out = {"name": name, "env": env, "b_status": b_codes, "flood_status": tally,
                "flood_seconds": rounds * window, "loadavg": os.getloadavg()[0]}
-        for phase, xs in lat.items():
-            xs = sorted(xs)
-            out[phase] = {"n": len(xs), "p50_s": statistics.median(xs), "p99_s": xs[int(0.99 * (len(xs) - 1))]}
+        out.update(percentiles(lat))
         out["p50_ratio"] = out["flood"]["p50_s"] / out["alone"]["p50_s"]
         out["p99_ratio"] = out["flood"]["p99_s"] / out["alone"]["p99_s"]
         return out

@@ -19,7 +19,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import secrets
-import statistics
 import tempfile
 import time
 
@@ -29,7 +28,7 @@ import numpy as np
 import orjson
 
 from ..common import passive_model
-from .fairness import B_THINK, FLOOD_NICE, TARGET
+from .fairness import FLOOD_NICE, TARGET, b_windows, percentiles
 from .ingest import Server
 
 HASHED_DIM = 100_000
@@ -121,24 +120,12 @@ def _row(srv: Server, admin: str, shape: str, clients: int, quick: bool) -> dict
     for _ in procs:
         ready.get(timeout=300)
     window, rounds = (2.0, 2) if quick else (4.0, 3)
-    lat: dict[str, list] = {"alone": [], "busy": []}
     body = orjson.dumps({"x": [Xb[0].tolist()]})
-    b_codes: dict[str, int] = {}
     with httpx.Client(base_url=srv.url, headers={"authorization": f"Bearer {b['api_key']}",
                                                  "content-type": "application/json"}, timeout=60) as c:
-        for _ in range(20):
-            c.post(f"/v1/models/{b_mid}/predict", content=body).raise_for_status()
-        for _ in range(rounds):
-            for phase in ("alone", "busy"):
-                (on.set if phase == "busy" else on.clear)()
-                time.sleep(1.0 if phase == "alone" else 0.3)  # A's request in flight ends / A's first one is sent
-                end = time.perf_counter() + window
-                while time.perf_counter() < end:
-                    t0 = time.perf_counter()
-                    r = c.post(f"/v1/models/{b_mid}/predict", content=body)
-                    lat[phase].append(time.perf_counter() - t0)
-                    b_codes[str(r.status_code)] = b_codes.get(str(r.status_code), 0) + 1
-                    time.sleep(B_THINK)
+        # alone: A's request in flight ends; busy: A's first one is sent
+        lat, b_codes = b_windows(c, f"/v1/models/{b_mid}/predict", body, on, rounds, window, "busy",
+                                 {"alone": 1.0, "busy": 0.3})
     on.clear()
     stop.set()
     tally: dict[str, int] = {}
@@ -152,9 +139,7 @@ def _row(srv: Server, admin: str, shape: str, clients: int, quick: bool) -> dict
         p.join(timeout=60)
     out = {"shape": shape, "clients": clients, "a_status": tally, "body_bytes": size, "b_status": b_codes,
            "busy_seconds": rounds * window, "loadavg": os.getloadavg()[0]}
-    for phase, xs in lat.items():
-        xs = sorted(xs)
-        out[phase] = {"n": len(xs), "p50_s": statistics.median(xs), "p99_s": xs[int(0.99 * (len(xs) - 1))]}
+    out.update(percentiles(lat))
     out["p99_ratio"] = out["busy"]["p99_s"] / out["alone"]["p99_s"]
     return out
 
