@@ -226,7 +226,9 @@ class _Worker:
         arr = np.empty(shape, dtype=dtype)
         view = memoryview(arr).cast("B")
         fd = self.conn.fileno()
-        (size,) = struct.unpack("!i", _read_exact(fd, 4))  # send_bytes's header
+        head = bytearray(4)
+        _read_into(fd, memoryview(head))
+        (size,) = struct.unpack("!i", head)  # send_bytes's header
         if size != view.nbytes:
             raise ValueError("a decode pool answer does not match its header")
         _read_into(fd, view)
@@ -238,16 +240,6 @@ class _Worker:
         finally:
             if self.proc.is_alive():
                 self.proc.terminate()
-
-
-def _read_exact(fd: int, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = os.read(fd, n - len(out))
-        if not chunk:
-            raise EOFError
-        out += chunk
-    return out
 
 
 class DecodePool:

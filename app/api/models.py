@@ -78,10 +78,11 @@ async def _raw_body(request: Request) -> "bytes | Chunks":
     async for chunk in request.stream():
         if chunk:
             chunks.append(chunk)
-    if sum(len(c) for c in chunks) > ctx.settings.decode_process_bytes:
-        return Chunks(chunks)
-    request._body = body = b"".join(chunks)  # as Request.body() keeps it, for any later reader
-    return body
+    body = Chunks(chunks)
+    if len(body) > ctx.settings.decode_process_bytes:
+        return body
+    request._body = joined = b"".join(chunks)  # as Request.body() keeps it, for any later reader
+    return joined
 
 
 # The hot routes are async and make one worker-thread hop for the blocking part (decode, service call, encode).

@@ -75,7 +75,8 @@ class Prediction(UseCase):
         if features is not None and spec.features is not None and spec.feature_map is None:
             if inline and n > self.INLINE_HASHED_ROWS:
                 raise NotInline  # hashing each row's tokens is Python work: beyond a few rows, a worker's
-            return self._scored(self._sparse(spec, features), spec, theta, loss, family, version)
+            return self._answer(*self._score(family, spec, loss, theta, self._sparse(spec, features)), spec, loss,
+                                version)
         if inline and encoded and n * dense_width(spec) > self.INLINE_PREDICT_VALUES:
             raise NotInline  # its real size (rows x the hashed dim) is not the loop's: the route moves it to a worker
         # encoded and scored in chunks of at most CHUNK_BYTES of dense rows (issue 37, F5-F): a hashed row is
@@ -89,25 +90,23 @@ class Prediction(UseCase):
         for a in range(0, n, step):
             Xa = self._rows(spec, None if X is None else X[a : a + step],
                             None if features is None else features[a : a + step], encoded, a)
-            try:  # the family's own reading of its published parameters (one model, or an ensemble's mean)
-                pred, out = family.predict_published(spec, loss, theta, Xa)
-            except InputError as e:  # scores that would not serialise as JSON (was a 500)
-                raise Problem(422, e.code, str(e)) from None
+            pred, out = self._score(family, spec, loss, theta, Xa)
             preds.append(pred)
             outs.append(out)
             del Xa
         if not preds:  # no input at all: scored as one empty chunk, as before
-            return self._scored(self._rows(spec, X, features, encoded, 0), spec, theta, loss, family, version)
-        pred, out = (preds[0], outs[0]) if len(preds) == 1 else (np.concatenate(preds), np.concatenate(outs))
+            pred, out = self._score(family, spec, loss, theta, self._rows(spec, X, features, encoded, 0))
+        else:
+            pred, out = (preds[0], outs[0]) if len(preds) == 1 else (np.concatenate(preds), np.concatenate(outs))
         return self._answer(pred, out, spec, loss, version)
 
-    def _scored(self, X: Any, spec, theta, loss, family, version: int) -> dict[str, Any]:
-        """The answer for inputs ``X`` scored at once (dense rows, or a hashed model's sparse rows)."""
+    @staticmethod
+    def _score(family, spec, loss, theta, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(predictions, outputs) of inputs ``X`` (dense rows, or a hashed model's sparse rows)."""
         try:  # the family's own reading of its published parameters (one model, or an ensemble's mean)
-            pred, out = family.predict_published(spec, loss, theta, X)
+            return family.predict_published(spec, loss, theta, X)
         except InputError as e:  # scores that would not serialise as JSON (was a 500)
             raise Problem(422, e.code, str(e)) from None
-        return self._answer(pred, out, spec, loss, version)
 
     def _answer(self, pred, out, spec, loss, version: int) -> dict[str, Any]:
         if out.ndim == 2:  # softmax: K probabilities per input (losses.py)
