@@ -248,6 +248,23 @@ def sparse_rows(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any] | None
     return csr_array((data, flat % D, indptr), shape=(n, D))
 
 
+class HashedRows:
+    """A hashed model's feature dictionaries already made ``sparse_rows`` where their body was decoded (the decode
+    pool's process: app/api/decode_pool.py), with the spec and radius they were hashed under."""
+
+    def __init__(self, rows: Any, spec: Mapping[str, Any], x_norm: float):
+        self.rows, self.spec, self.x_norm = rows, spec, x_norm
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
+
+    def for_spec(self, spec: Mapping[str, Any], x_norm: float) -> Any:
+        """The rows, once seen to be hashed under this spec and radius (a model's never change)."""
+        if self.spec != spec or self.x_norm != x_norm:
+            raise RuntimeError("rows hashed under another feature spec than the model's")
+        return self.rows
+
+
 CHUNK_BYTES = 8 << 20  # one chunk of dense rows (8 MiB) while a request is encoded and scored chunk by chunk
 
 

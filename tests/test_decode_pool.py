@@ -198,3 +198,65 @@ def test_a_decoder_failure_in_the_pool_is_an_error_not_a_dead_process(monkeypatc
         assert np.asarray(x).tolist() == [[0.5, 0.25]] and y is None
     finally:
         pool.shutdown()
+
+
+def test_hashed_predicts_are_hashed_in_the_pool_with_the_same_answers(tenant, server, monkeypatch):
+    """A hashed model's predict body above the loop's size is decoded, validated and hashed into sparse rows in the
+    pool (its Python work off the server's GIL: fairness bench, hashed predict), whatever its size: the same
+    scores, bit for bit, and the same refusals as hashed in the server's process."""
+    import app.services.prediction as prediction_service
+
+    ctx = server.app.state.ctx
+    _, c = tenant
+    spec = {"type": "hashed", "dim": 1000, "categorical": ["c"], "numeric": {"n": [0, 1]},
+            "unknown_fields": "refuse"}
+    mid = create_model(c, dim=1000, features=spec)["id"]
+    learn = [{"id": f"h{i}", "features": {"c": f"v{i % 13}", "n": (i % 10) / 10}, "y": float(i % 2)}
+             for i in range(40)]
+    assert c.post(f"/v1/models/{mid}/learn", json={"examples": learn}).status_code == 200
+    rows = [{"c": [f"v{i % 13}", f"w{i % 5}"], "n": (i % 10) / 10} for i in range(300)]
+    bodies = {
+        "dictionaries": {"features": rows},
+        "an unknown field": {"features": rows[:200] + [{"zz": "a"}] + rows[:10]},
+        "out of range": {"features": rows[:250] + [{"n": 5.0}]},
+        "more than the batch": {"features": rows + rows},
+        "dense rows for a hashed model": {"x": [[0.01] * 1000] * 3},
+    }
+    monkeypatch.setattr(ctx.settings, "max_batch", 500)
+    raw = {name: json.dumps(b).encode() for name, b in bodies.items()}
+    raw["not json"] = b'{"features": [{"c": "a"}, ' + b" " * 5000
+    assert min(map(len, raw.values())) > prediction_service.Prediction.INLINE_BODY_BYTES  # a worker's, not the loop's
+    targets = {name: mid for name in raw} | {"no such model": "mdl_nosuchmodel"}
+    raw["no such model"] = raw["dictionaries"]
+
+    def answers() -> dict:
+        out = {}
+        for name, body in raw.items():
+            r = c.post(f"/v1/models/{targets[name]}/predict", content=body, headers={"content-type": "application/json"})
+            out[name] = (r.status_code, r.json())
+        return out
+
+    pool = ctx.decode_pool
+    monkeypatch.setattr(ctx, "decode_pool", None)
+    here = answers()
+    assert here["dictionaries"][0] == 200 and len(here["dictionaries"][1]["scores"]) == 300
+    assert [here[k][0] for k in ("an unknown field", "out of range", "more than the batch",
+                                 "dense rows for a hashed model", "not json", "no such model")] == [
+        422, 422, 413, 422, 422, 404]
+    monkeypatch.setattr(ctx, "decode_pool", pool)
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a hashed predict body was decoded or hashed in the server's process")
+
+    monkeypatch.setattr(model_routes, "parse_json_body", refuse)
+    monkeypatch.setattr(prediction_service, "sparse_rows", refuse)
+    started = pool.started
+    pooled = answers()
+    for name in raw:
+        if name in ("more than the batch", "no such model", "not json"):
+            continue  # decoded in the pool but not hashed there (too many rows), or never hashed
+        assert pooled[name] == here[name], name
+    monkeypatch.undo()
+    assert pool.started >= max(1, started)
+    monkeypatch.setattr(ctx.settings, "max_batch", 500)
+    assert answers() == here  # the refusals the pool passed on to the server's own checks, unchanged

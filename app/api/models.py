@@ -6,6 +6,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from ..errors import Problem
 from ..ids import id_pattern
 from ..services.idempotency import KEY_PATTERN, MAX_KEY_LENGTH
 from ..services.prediction import NotInline
@@ -252,12 +253,9 @@ async def predict(model_id: ModelId, request: Request, p: Predictor, raw: Annota
     content_type = request.headers.get("content-type")
 
     def answer(body: PredictRequest | None, inline: bool = False):
-        pool = None if body is not None else decode_pool_for(request, raw)
-        if pool is not None:  # a large body: decoded in the decode pool
-            x, features, _ = pool.inputs("predict", raw, content_type)
+        if body is None:
+            x, features = _predict_inputs(request, raw, content_type, p.tenant_id, model_id)
         else:
-            if body is None:
-                body = parse_json_body(PredictRequest, raw, content_type)
             x, features = body.x, body.feature_dicts()
         return idempotent.json_response(PredictResponse, prediction.predict(
             p.tenant_id, model_id, x, inline=inline, features=features))
@@ -274,6 +272,28 @@ async def predict(model_id: ModelId, request: Request, p: Predictor, raw: Annota
         except NotInline:  # feature dictionaries whose dense rows (rows x the model's dim) are too large for the loop
             pass
     return await _compute(request, p.tenant_id, answer, body)
+
+
+def _predict_inputs(request: Request, raw: bytes, content_type: str | None, tenant_id: str, model_id: str):
+    """A predict body too large for the event loop, decoded on the worker thread holding the tenant's turn: a
+    hashed model's (any such body) in the decode pool, its dictionaries hashed there too (``hashed_inputs``), so
+    that the Python work of 1 000 dictionaries does not hold this process's GIL while others wait for it; any
+    other body in the pool when it is large (``decode_pool_for``), else here."""
+    ctx = get_ctx(request)
+    pool = getattr(ctx, "decode_pool", None)
+    if pool is not None:
+        try:
+            hashed = ctx.models.prediction.hashed_spec(tenant_id, model_id)
+        except Problem:  # no such model: answered by the usual path, after the body's own checks, as before
+            hashed = None
+        if hashed is not None:
+            return pool.hashed_inputs(raw, content_type, hashed, ctx.settings.max_batch)
+    pool = decode_pool_for(request, raw)
+    if pool is not None:  # a large body: decoded in the decode pool
+        x, features, _ = pool.inputs("predict", raw, content_type)
+        return x, features
+    body = parse_json_body(PredictRequest, raw, content_type)
+    return body.x, body.feature_dicts()
 
 
 @router.get("/{model_id}/parameters", response_model=Parameters, responses=responses(401, 403, 404))

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import Problem
 from ..feature_map import check_count, encode as map_encode
-from ..features import FeatureError, chunk_rows, dense_rows, dense_width, sparse_rows
+from ..features import FeatureError, HashedRows, chunk_rows, dense_rows, dense_width, sparse_rows
 from ..registry import (loss_for, published_array, spec_from_json)
 from ..unlearning import InputError, engine_class
 from .model_core import (UseCase, _PREDICT_COLUMNS, _PREDICT_VERSION, feature_problem)
@@ -38,11 +38,10 @@ class Prediction(UseCase):
         PostgreSQL reads go over the network and keep the hop."""
         return self.db.is_sqlite and sum(len(row) for row in X) <= self.INLINE_PREDICT_VALUES
 
-    def predict(self, tenant_id: str, model_id: str, X: list[list[float]] | None, inline: bool = False,
-                features: list | None = None) -> dict[str, Any]:
-        self._check_batch(len(X) if X is not None else len(features or ()))
-        # prebuilt Core queries: the version (one indexed read), and the columns a prediction needs only for a version
-        # whose published parameters this process has not decoded yet
+    def _lookup(self, tenant_id: str, model_id: str, inline: bool = False) -> tuple[int, tuple]:
+        """(version, (spec, theta, loss, gate, family)) of the model's published parameters: prebuilt Core queries,
+        the version (one indexed read), and the columns a prediction needs only for a version whose published
+        parameters this process has not decoded yet (404 for no such model of the tenant)."""
         found = None
         with (self.db.own_read() if inline else self.db.read_connection()) as conn:
             version = conn.execute(_PREDICT_VERSION, {"mid": model_id, "tid": tenant_id}).scalar()
@@ -66,6 +65,21 @@ class Prediction(UseCase):
             if len(self._published) >= 1024:
                 self._published.clear()
             self._published[(model_id, version)] = published
+        return version, published
+
+    def hashed_spec(self, tenant_id: str, model_id: str) -> tuple[dict, float] | None:
+        """(feature spec, x_norm) when the model scores feature dictionaries as sparse hashed rows (a feature spec,
+        no feature map), so that a large body's dictionaries may be hashed where it is decoded (the decode pool:
+        app/api/decode_pool.py); else None.  A model's spec never changes (404 for no such model)."""
+        spec = self._lookup(tenant_id, model_id)[1][0]
+        return (spec.features, spec.x_norm) if spec.features is not None and spec.feature_map is None else None
+
+    def predict(self, tenant_id: str, model_id: str, X: list[list[float]] | None, inline: bool = False,
+                features: "list | HashedRows | None" = None) -> dict[str, Any]:
+        """Predict ``X`` (dense rows) or ``features`` (feature dictionaries, or a hashed model's dictionaries
+        already hashed in the decode pool: ``HashedRows``)."""
+        self._check_batch(len(X) if X is not None else len(features or ()))
+        version, published = self._lookup(tenant_id, model_id, inline)
         spec, theta, loss, gate, family = published
         dim = spec.dim
         if gate is not None:
@@ -116,9 +130,12 @@ class Prediction(UseCase):
         return {"predictions": labels, "scores": out.tolist(), "version": version}
 
     @staticmethod
-    def _sparse(spec, features: list) -> Any:
+    def _sparse(spec, features: "list | HashedRows") -> Any:
         """A hashed model's feature dictionaries as sparse rows (features.sparse_rows): a prediction scores only
-        their tokens, whatever the hashed dim (issue 37, F5-F), on the loop or a worker alike."""
+        their tokens, whatever the hashed dim (issue 37, F5-F), on the loop or a worker alike; rows hashed already
+        (in the decode pool) are taken as they are, once they are seen to be this spec's."""
+        if isinstance(features, HashedRows):
+            return features.for_spec(spec.features, spec.x_norm)
         try:
             return sparse_rows(spec.features, features, spec.x_norm)
         except FeatureError as e:
