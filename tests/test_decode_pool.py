@@ -106,8 +106,6 @@ def test_decode_learn_sends_rows_back_as_arrays():
 
 
 def test_large_predict_evaluate_and_unlearn_bodies_are_decoded_in_the_pool(tenant, server, monkeypatch):
-    import app.api.evaluation as evaluation_routes
-
     _, c = tenant
     mid = create_model(c, dim=8)["id"]
     X = unit_rows(400, 8, seed=3)
@@ -125,8 +123,7 @@ def test_large_predict_evaluate_and_unlearn_bodies_are_decoded_in_the_pool(tenan
         raise AssertionError("a large body was decoded in the server's process")
 
     monkeypatch.setattr(server.app.state.ctx.settings, "decode_process_bytes", 1024)
-    monkeypatch.setattr(model_routes, "parse_json_body", refuse)
-    monkeypatch.setattr(evaluation_routes, "parse_json_body", refuse)
+    monkeypatch.setattr(model_routes, "parse_json_body", refuse)  # predict's and evaluate's (decode_inputs)
     assert c.post(f"/v1/models/{mid}/predict", content=predict, headers=json_type).json() == here["predict"]
     pooled = c.post(f"/v1/models/{mid}/evaluate", content=evaluate, headers=json_type).json()
     assert {k: v for k, v in pooled.items() if k != "evaluated_at"} == {
@@ -201,8 +198,8 @@ def test_a_decoder_failure_in_the_pool_is_an_error_not_a_dead_process(monkeypatc
 
 
 def test_hashed_predicts_are_hashed_in_the_pool_with_the_same_answers(tenant, server, monkeypatch):
-    """A hashed model's predict body above the loop's size is decoded, validated and hashed into sparse rows in the
-    pool (its Python work off the server's GIL: fairness bench, hashed predict), whatever its size: the same
+    """A hashed model's predict body above the loop's size, and its evaluate bodies, are decoded, validated and hashed
+    into sparse rows in the pool (their Python work off the server's GIL: fairness bench, hashed predict): the same
     scores, bit for bit, and the same refusals as hashed in the server's process."""
     import app.services.prediction as prediction_service
 
@@ -228,12 +225,17 @@ def test_hashed_predicts_are_hashed_in_the_pool_with_the_same_answers(tenant, se
     assert min(map(len, raw.values())) > prediction_service.Prediction.INLINE_BODY_BYTES  # a worker's, not the loop's
     targets = {name: mid for name in raw} | {"no such model": "mdl_nosuchmodel"}
     raw["no such model"] = raw["dictionaries"]
+    labels = [float(i % 2) for i in range(300)]
+    raw["evaluate"] = json.dumps({"features": rows, "y": labels}).encode()
+    raw["evaluate, an unknown field"] = json.dumps({"features": rows[:299] + [{"zz": "a"}], "y": labels}).encode()
 
     def answers() -> dict:
         out = {}
         for name, body in raw.items():
-            r = c.post(f"/v1/models/{targets[name]}/predict", content=body, headers={"content-type": "application/json"})
-            out[name] = (r.status_code, r.json())
+            route = "evaluate" if name.startswith("evaluate") else "predict"
+            r = c.post(f"/v1/models/{targets.get(name, mid)}/{route}", content=body,
+                       headers={"content-type": "application/json"})
+            out[name] = (r.status_code, {k: v for k, v in r.json().items() if k != "evaluated_at"})
         return out
 
     pool = ctx.decode_pool
@@ -241,8 +243,8 @@ def test_hashed_predicts_are_hashed_in_the_pool_with_the_same_answers(tenant, se
     here = answers()
     assert here["dictionaries"][0] == 200 and len(here["dictionaries"][1]["scores"]) == 300
     assert [here[k][0] for k in ("an unknown field", "out of range", "more than the batch",
-                                 "dense rows for a hashed model", "not json", "no such model")] == [
-        422, 422, 413, 422, 422, 404]
+                                 "dense rows for a hashed model", "not json", "no such model", "evaluate",
+                                 "evaluate, an unknown field")] == [422, 422, 413, 422, 422, 404, 200, 422]
     monkeypatch.setattr(ctx, "decode_pool", pool)
 
     def refuse(*_a, **_k):

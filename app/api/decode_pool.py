@@ -88,7 +88,7 @@ def decode_json(kind: str, raw: bytes, content_type: str | None, fingerprint: bo
                 hashed: tuple[dict, float] | None = None, max_batch: int = 0) -> tuple:
     """In the pool's process: a predict, evaluate or unlearn body parsed as in this process (app/api/json_body.py)
     and sent back light: dense vectors as arrays, dictionaries as dicts, an unlearn's fingerprint JSON if asked.
-    A predict for a hashed model (``hashed``: its feature spec and radius) comes back with its dictionaries hashed
+    A predict or an evaluate for a hashed model (``hashed``: its feature spec and radius) comes back with its dictionaries hashed
     here into sparse rows (``features.sparse_rows``: the CSR arrays), at most ``max_batch`` of them (more: as
     dicts, refused by the service as any batch too large)."""
     from ..schemas import PredictRequest, UnlearnRequest
@@ -107,13 +107,14 @@ def decode_json(kind: str, raw: bytes, content_type: str | None, fingerprint: bo
         text = body.model_dump_json(exclude=model.UNFINGERPRINTED) if fingerprint else None
         return ("unlearn", list(body.ids), examples, text)
     features = body.feature_dicts()
+    y = list(body.y) if kind == "evaluate" else None
     if hashed is not None and features is not None and len(features) <= max_batch:
-        return _hashed(features, *hashed)
-    return (kind, _rows(body.x), features, list(body.y) if kind == "evaluate" else None)
+        return _hashed(features, *hashed) + (y,)
+    return (kind, _rows(body.x), features, y)
 
 
 def _hashed(features: list, spec: dict, x_norm: float) -> tuple:
-    """A predict's dictionaries as the CSR arrays of ``sparse_rows``, or the problem the service answers for them."""
+    """Dictionaries as the CSR arrays of ``sparse_rows``, or the problem the service answers for them."""
     from ..features import FeatureError, sparse_rows
 
     try:
@@ -329,16 +330,18 @@ class DecodePool:
                                                fingerprint=False))
         return x, features, y
 
-    def hashed_inputs(self, raw: bytes, content_type: str | None, hashed: tuple[dict, float], max_batch: int) -> tuple:
-        """Blocking: a predict's (x, features) decoded in the pool, a hashed model's dictionaries hashed there
-        (``HashedRows``): parsing, validating and hashing 1 000 dictionaries is ~20 ms of Python that, in the
-        server's process, every other request waited on for the GIL (issue 37, fairness bench)."""
-        out = _refused(self._run("decode_json", raw, kind="predict", content_type=content_type, fingerprint=False,
+    def hashed_inputs(self, kind: str, raw: bytes, content_type: str | None, hashed: tuple[dict, float],
+                      max_batch: int) -> tuple:
+        """Blocking: a predict's or an evaluate's (x, features, y) for a hashed model (``hashed``: its feature spec
+        and radius) decoded in the pool, its dictionaries hashed there (``HashedRows``): parsing, validating and
+        hashing 1 000 dictionaries is ~20 ms of Python that, in the server's process, every other request waited on
+        for the GIL (issue 37, fairness bench)."""
+        out = _refused(self._run("decode_json", raw, kind=kind, content_type=content_type, fingerprint=False,
                                  hashed=hashed, max_batch=max_batch))
         if out[0] != "hashed":
-            return out[1], out[2]
-        _, data, indices, indptr, shape = out
-        return None, HashedRows(csr_array((data, indices, indptr), shape=shape), *hashed)
+            return out[1], out[2], out[3]
+        _, data, indices, indptr, shape, y = out
+        return None, HashedRows(csr_array((data, indices, indptr), shape=shape), *hashed), y
 
     def shutdown(self) -> None:
         with self._lock:

@@ -8,8 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from ..schemas.evaluation import EvaluateRequest, Evaluation, LastEvaluation
 from .deps import AnyKey, Predictor, get_ctx
 from .json_body import openapi_body
-from .json_body import parse as parse_json_body
-from .models import ModelId, _compute, _raw_body, decode_pool_for
+from .models import ModelId, _compute, _raw_body, decode_inputs
 from .problems import responses
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
@@ -34,12 +33,7 @@ async def evaluate(model_id: ModelId, request: Request, p: Predictor, raw: Annot
     content_type = request.headers.get("content-type")
 
     def work():
-        pool = decode_pool_for(request, raw)
-        if pool is not None:  # a large body: decoded in the decode pool (app/api/decode_pool.py)
-            x, features, y = pool.inputs("evaluate", raw, content_type)
-        else:
-            body = parse_json_body(EvaluateRequest, raw, content_type)
-            x, features, y = body.x, body.feature_dicts(), list(body.y)
+        x, features, y = decode_inputs(request, raw, content_type, p.tenant_id, model_id, "evaluate")
         return evaluation.evaluate(p.tenant_id, model_id, x, features, y)
 
     return await _compute(request, p.tenant_id, work)

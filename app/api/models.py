@@ -9,6 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from ..errors import Problem
 from ..ids import id_pattern
 from ..services.idempotency import KEY_PATTERN, MAX_KEY_LENGTH
+from ..schemas.evaluation import EvaluateRequest
 from ..services.prediction import NotInline
 from ..unlearning import ALGORITHMS
 from ..schemas import (NO_CONTROL, LearnColumnarRequest, LearnRequest, LearnResponse, Model, ModelCreate, ModelList, Parameters, PredictRequest,
@@ -254,7 +255,7 @@ async def predict(model_id: ModelId, request: Request, p: Predictor, raw: Annota
 
     def answer(body: PredictRequest | None, inline: bool = False):
         if body is None:
-            x, features = _predict_inputs(request, raw, content_type, p.tenant_id, model_id)
+            x, features, _ = decode_inputs(request, raw, content_type, p.tenant_id, model_id)
         else:
             x, features = body.x, body.feature_dicts()
         return idempotent.json_response(PredictResponse, prediction.predict(
@@ -274,11 +275,13 @@ async def predict(model_id: ModelId, request: Request, p: Predictor, raw: Annota
     return await _compute(request, p.tenant_id, answer, body)
 
 
-def _predict_inputs(request: Request, raw: bytes, content_type: str | None, tenant_id: str, model_id: str):
-    """A predict body too large for the event loop, decoded on the worker thread holding the tenant's turn: a
-    hashed model's (any such body) in the decode pool, its dictionaries hashed there too (``hashed_inputs``), so
-    that the Python work of 1 000 dictionaries does not hold this process's GIL while others wait for it; any
-    other body in the pool when it is large (``decode_pool_for``), else here."""
+def decode_inputs(request: Request, raw: bytes, content_type: str | None, tenant_id: str, model_id: str,
+                  kind: str = "predict") -> tuple:
+    """A predict's or an evaluate's (``kind``) (x, features, y) (y None for predict), decoded on the worker thread
+    holding the tenant's turn: a hashed model's body in the decode pool, its dictionaries hashed there too
+    (``DecodePool.hashed_inputs``), so that the Python work of 1 000 dictionaries (~20 ms) does not hold this
+    process's GIL in turns with the event loop; any other body in the pool when it is large
+    (``decode_pool_for``), else here."""
     ctx = get_ctx(request)
     pool = getattr(ctx, "decode_pool", None)
     if pool is not None:
@@ -287,13 +290,12 @@ def _predict_inputs(request: Request, raw: bytes, content_type: str | None, tena
         except Problem:  # no such model: answered by the usual path, after the body's own checks, as before
             hashed = None
         if hashed is not None:
-            return pool.hashed_inputs(raw, content_type, hashed, ctx.settings.max_batch)
+            return pool.hashed_inputs(kind, raw, content_type, hashed, ctx.settings.max_batch)
     pool = decode_pool_for(request, raw)
     if pool is not None:  # a large body: decoded in the decode pool
-        x, features, _ = pool.inputs("predict", raw, content_type)
-        return x, features
-    body = parse_json_body(PredictRequest, raw, content_type)
-    return body.x, body.feature_dicts()
+        return pool.inputs(kind, raw, content_type)
+    body = parse_json_body(PredictRequest if kind == "predict" else EvaluateRequest, raw, content_type)
+    return body.x, body.feature_dicts(), list(body.y) if kind == "evaluate" else None
 
 
 @router.get("/{model_id}/parameters", response_model=Parameters, responses=responses(401, 403, 404))
