@@ -196,6 +196,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ctx.scheduler = FairScheduler(slots)
     if settings.decode_process_bytes:
         ctx.decode_pool = DecodePool(settings.decode_processes)
+        ctx.models.core.commitments = ctx.decode_pool.commitments  # many ids' HMACs off this process's GIL
     ctx.operations = OperationStore(db, cipher, settings)
     ctx.operation_starts = OperationStarts(ctx.models.core, ctx.operations)
     ctx.operation_runner = OperationRunner(ctx.operations, ctx.models.core, settings, turns_of(ctx.scheduler))

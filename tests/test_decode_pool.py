@@ -262,3 +262,40 @@ def test_hashed_predicts_are_hashed_in_the_pool_with_the_same_answers(tenant, se
     assert pool.started >= max(1, started)
     monkeypatch.setattr(ctx.settings, "max_batch", 500)
     assert answers() == here  # the refusals the pool passed on to the server's own checks, unchanged
+
+
+def test_many_ids_are_committed_in_the_pool_with_the_same_digests(tenant, server, monkeypatch):
+    """A learn's or an unlearn's commitments of at least POOLED_IDS ids are computed in the pool (their HMAC loop
+    off the server's GIL), equal to the server's own; fewer ids, and ids holding a newline, stay here."""
+    import os
+
+    from app.api import decode_pool as dp
+    from app.services import records
+
+    ctx = server.app.state.ctx
+    pool = ctx.decode_pool
+    assert ctx.models.core.commitments == pool.commitments
+    key = os.urandom(32)
+    ids = [f"id-{i}-é" + "x" * (i % 300) for i in range(dp.POOLED_IDS + 5)]
+    mine = records.commitment_digests(key, ids)
+    calls: list = []
+    run = pool._run
+    monkeypatch.setattr(pool, "_run", lambda name, *a, **k: calls.append(name) or run(name, *a, **k))
+    assert pool.commitments(key, ids) == mine and calls == ["hash_ids"]
+    assert pool.commitments(key, ids[:10]) == mine[:10] and calls == ["hash_ids"]
+    odd = ids[:-1] + ["a\nb"]
+    assert pool.commitments(key, odd) == records.commitment_digests(key, odd) and calls == ["hash_ids"]
+    # through the API: a learn and a forget of POOLED_IDS records, their commitments from the pool
+    _, c = tenant
+    mid = create_model(c, dim=4)["id"]
+    X = unit_rows(dp.POOLED_IDS, 4, seed=5)
+    names = [f"r{i}" for i in range(dp.POOLED_IDS)]
+    r = c.post(f"/v1/models/{mid}/learn", json={"ids": names, "x": X.tolist(), "y": [float(i % 2) for i in range(len(names))]})
+    assert r.status_code == 200, r.text
+    assert calls == ["hash_ids", "hash_ids"]
+    missing = c.post(f"/v1/models/{mid}/unlearn", json={"ids": [f"never{i}" for i in range(dp.POOLED_IDS)]})
+    assert missing.status_code == 404
+    r = c.post(f"/v1/models/{mid}/unlearn", json={"ids": names}, headers={"prefer": "wait=1"})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["receipts"]) == dp.POOLED_IDS and calls.count("hash_ids") == 4
+    assert c.get(f"/v1/models/{mid}").json()["n_forgotten"] == dp.POOLED_IDS

@@ -59,11 +59,11 @@ class Forgetting(UseCase):
                                             "The model can certify no further deletion")
                 key = self._record_key(s, tenant_id)
                 digests = self._commitments(key, ids)
-                commits = [d.hex() for d in digests]
                 learned, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
                 missing = next((i for i in range(len(ids)) if i not in learned), None)
                 if missing is not None:
                     raise Problem(404, "record-not-found", f"Record {ids[missing]!r} was never learned by this model.")
+                commits = [d.hex() for d in digests]
                 lookups = probe.lookups.tolist()  # computed once by find
                 forgotten = _forgotten(s, model_id, commits, lookups)
                 gone = next((i for i, c in enumerate(commits) if c in forgotten), None)

@@ -16,7 +16,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 from sqlalchemy import BigInteger, any_, bindparam, insert, select, update
@@ -302,6 +302,10 @@ class ModelCore:
         self.gates = ModelGates(getattr(settings, "request_deadline_seconds", 10.0))
         self.quotas = Quotas(db, settings)  # per-tenant quotas of models, records held and bytes stored
         self._wrapped_key_bytes: int | None = None
+        # ``commitment_digests`` for a request's ids; the app hands many ids to its decode pool's processes instead
+        # (app/api/decode_pool.py DecodePool.commitments), so that ~1 us of Python per id does not hold this
+        # process's GIL in turns with the event loop (issue 37, fairness)
+        self.commitments: Callable[[bytes, list[str]], list[bytes]] = commitment_digests
 
     def record_bytes(self, engine: Unlearner) -> int:
         """The bytes one record held by ``engine``'s model occupies (app/services/quotas.py)."""
@@ -427,7 +431,7 @@ class UseCase:
     def _commitments(self, key: bytes, ids: list[str]) -> list[bytes]:
         """The commitments of ``ids`` under the tenant's record ``key`` (an operation, which stores commitments and
         never the ids, answers them itself: app/services/operation_steps.py)."""
-        return commitment_digests(key, ids)
+        return self.core.commitments(key, ids)
 
     def _checkout(self, s, row: _ModelRow) -> Unlearner:
         return self.registry.checkout(row.id, row.version, row.spec_json,

@@ -27,7 +27,6 @@ from .forgetting import Forgetting, spent_problem
 from .learning import Learning, check_distinct
 from .model_core import UseCase, _forgotten, _Rec
 from .operations import OperationStore, view
-from .records import commitment_digests
 
 _CACHE = 10_000  # models whose per-request limits this process remembers (a spec never changes)
 
@@ -121,7 +120,7 @@ class OperationStarts(UseCase):
                     raise spent_problem("retrain-required", model_id, engine,
                                         "The model can certify no further deletion")
             key = self._record_key(s, tenant_id)
-            digests = commitment_digests(key, ids)
+            digests = self._commitments(key, ids)
             learned, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
             missing = next((i for i in range(len(ids)) if i not in learned), None)
             if missing is not None:
@@ -160,7 +159,7 @@ class OperationStarts(UseCase):
             row = self._model_row(s, tenant_id, model_id)
             Xv, yv = self._learning._learn_rows(spec_from_json(row.spec_json), X, y, F)
             key = self._record_key(s, tenant_id)
-            digests = commitment_digests(key, ids)
+            digests = self._commitments(key, ids)
             held, _ = self.records.find(s.connection(), model_id, digests, version=row.version)
             if held:
                 raise Problem(409, "duplicate-record", f"Record id {ids[min(held)]!r} was already used in this model.")

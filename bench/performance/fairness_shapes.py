@@ -11,6 +11,8 @@ p99 alone.  Shapes:
 - hashed learn: 200 such dictionaries (the learn hands the engine batch x 10^5 float64 rows: 160 MB);
 - 19 MiB learn bodies: columnar JSON (10 000 x 100), per-example JSON (10 000 x 100) and msgpack with raw float64
   rows (10 000 x 240), at most OLU_MAX_BATCH examples each (F5-G);
+- unlearn bodies of 10 000 ids never learned (2.5 MB of JSON; each answered 404 after the ids' commitments are
+  looked up, F5-G's cheap 404);
 - the same columnar JSON body with ``OLU_DECODE_PROCESS_BYTES=0`` (decoded in the server's process, on the worker
   thread holding A's turn): what the decode pool saves.
 """
@@ -54,6 +56,9 @@ def _request(shape: str, seed: int):
         return lambda n: ("learn", orjson.dumps({"examples": [
             {"id": f"h{seed}-{n}-{i}", "features": {"c": f"v{i % 97}"}, "y": float(i % 2)} for i in range(200)]}),
             "application/json")
+    if shape == "unlearn unknown ids":  # F5-G's cheap 404: 10 000 ids never learned, 250 characters each
+        return lambda n: ("unlearn", orjson.dumps({"ids": [f"u{seed}-{n}-{i}".ljust(250, "x") for i in range(BIG_N)]}),
+                          "application/json")
     d = 240 if shape == "msgpack 19 MiB" else 100
     X = _rows(BIG_N, d, seed)
     Xl, y = X.tolist(), [float(i % 2) for i in range(BIG_N)]
@@ -145,7 +150,7 @@ def _row(srv: Server, admin: str, shape: str, clients: int, quick: bool) -> dict
 
 
 ROWS = (("hashed predict", 2, {}), ("hashed learn", 1, {}), ("columnar JSON 19 MiB", 1, {}),
-        ("examples JSON 19 MiB", 1, {}), ("msgpack 19 MiB", 1, {}),
+        ("examples JSON 19 MiB", 1, {}), ("msgpack 19 MiB", 1, {}), ("unlearn unknown ids", 1, {}),
         ("columnar JSON 19 MiB", 1, {"OLU_DECODE_PROCESS_BYTES": "0"}))
 
 
