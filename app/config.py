@@ -107,10 +107,12 @@ class Settings(BaseSettings):
                     "use, at least 2 (one tenant holds at most all but one); 0: off (no queue, only the thread pool).")
     decode_process_bytes: int = Field(
         1 << 20, ge=0,
-        description="Learn bodies larger than this (bytes) are decoded and validated in a separate process (a pool "
-                    "of decode_processes), from the worker thread holding the tenant's turn: decoding a large body "
-                    "is one long C call that holds the GIL, and stalled every other tenant's requests (issue 37, "
-                    "F5-G; app/api/decode_pool.py); 0: always in this process.")
+        description="Request bodies larger than this (bytes) are decoded and validated in a separate process (a "
+                    "pool of decode_processes), from the worker thread holding the tenant's turn: decoding a large "
+                    "body is one long C call that holds the GIL, and stalled every other tenant's requests (issue "
+                    "37, F5-G; app/api/decode_pool.py). With the pool on, a hashed model's predict and evaluate "
+                    "bodies too large for the event loop are also decoded and hashed there whatever their size, and "
+                    "the commitments of 1 000 ids or more computed there; 0: no pool, all of it in this process.")
     decode_processes: int = Field(
         2, ge=1, le=64, description="Processes of the decode pool (started at the first large body).")
     gil_switch_interval: float = Field(

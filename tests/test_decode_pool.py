@@ -15,6 +15,16 @@ from app.api.decode_pool import _answer, decode_learn
 from .helpers import create_model, unit_rows
 
 
+def _warm(pool) -> None:
+    """Wait for the pool's first process (``DecodePool.warm``: until it answers, optional work stays in the server)."""
+    import time
+
+    deadline = time.monotonic() + 120
+    while not pool.warm():
+        assert time.monotonic() < deadline, "the decode pool did not start"
+        time.sleep(0.05)
+
+
 def _bodies(n: int, d: int, prefix: str) -> dict[str, tuple[bytes, str]]:
     X = unit_rows(n, d, seed=len(prefix))
     ids = [f"{prefix}{i}" for i in range(n)]
@@ -252,6 +262,7 @@ def test_hashed_predicts_are_hashed_in_the_pool_with_the_same_answers(tenant, se
 
     monkeypatch.setattr(model_routes, "parse_json_body", refuse)
     monkeypatch.setattr(prediction_service, "sparse_rows", refuse)
+    _warm(pool)
     started = pool.started
     pooled = answers()
     for name in raw:
@@ -275,6 +286,7 @@ def test_many_ids_are_committed_in_the_pool_with_the_same_digests(tenant, server
     ctx = server.app.state.ctx
     pool = ctx.decode_pool
     assert ctx.models.core.commitments == pool.commitments
+    _warm(pool)
     key = os.urandom(32)
     ids = [f"id-{i}-é" + "x" * (i % 300) for i in range(dp.POOLED_IDS + 5)]
     mine = records.commitment_digests(key, ids)
@@ -299,3 +311,25 @@ def test_many_ids_are_committed_in_the_pool_with_the_same_digests(tenant, server
     assert r.status_code == 200, r.text
     assert len(r.json()["receipts"]) == dp.POOLED_IDS and calls.count("hash_ids") == 4
     assert c.get(f"/v1/models/{mid}").json()["n_forgotten"] == dp.POOLED_IDS
+
+
+def test_a_cold_pool_leaves_optional_work_here_until_its_first_process_answers():
+    """``warm``: while the pool's first process starts (1-3 s of imports), the work the pool only speeds up for the
+    others (commitments, a hashed model's small bodies) is done in the server, never waiting for it; then there."""
+    from app.api.decode_pool import POOLED_IDS, DecodePool
+    from app.services.records import commitment_digests
+
+    pool = DecodePool(1)
+    try:
+        calls: list = []
+        run = pool._run
+        pool._run = lambda name, *a, **k: calls.append(name) or run(name, *a, **k)
+        ids = [f"i{i}" for i in range(POOLED_IDS)]
+        key = b"k" * 32
+        assert pool.commitments(key, ids) == commitment_digests(key, ids)  # cold: computed here; the pool starts
+        assert "hash_ids" not in calls
+        _warm(pool)
+        assert calls[0] == "ping"
+        assert pool.commitments(key, ids) == commitment_digests(key, ids) and calls[-1] == "hash_ids"
+    finally:
+        pool.shutdown()

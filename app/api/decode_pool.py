@@ -200,7 +200,8 @@ def _read_into(fd: int, view: memoryview) -> None:
 def _serve(conn) -> None:
     """A pool process: forever, a call's name and keyword arguments (pickled, small), then the body (raw bytes);
     answers the result with its large arrays replaced by (shape, dtype) and sent after it as raw bytes."""
-    calls = {"decode_learn": decode_learn, "decode_json": decode_json, "hash_ids": hash_ids}
+    calls = {"decode_learn": decode_learn, "decode_json": decode_json, "hash_ids": hash_ids,
+             "ping": lambda raw: ("pong",)}
     while True:
         try:
             name, kwargs, size = conn.recv()
@@ -283,6 +284,30 @@ class DecodePool:
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
         self._started = 0
         self._lock = threading.Lock()
+        self._ready = False  # a process has answered (warm)
+        self._warming = False
+
+    def warm(self) -> bool:
+        """Whether a pool process has answered already; if not, one is started in the background and False is
+        answered: work the pool merely speeds up for the others (a hashed model's small bodies, commitments) is then
+        done in the server this time rather than wait 1-3 s for the pool's first process to import the app."""
+        if self._ready:
+            return True
+        with self._lock:
+            if self._warming:
+                return False
+            self._warming = True
+        threading.Thread(target=self._warm, name="olu-decode-start", daemon=True).start()
+        return False
+
+    def _warm(self) -> None:
+        try:
+            self._run("ping", b"")
+            self._ready = True
+        except Exception:  # noqa: BLE001 - not started: the next warm() tries again; meanwhile work stays here
+            pass
+        finally:
+            self._warming = False
 
     @property
     def started(self) -> int:
@@ -357,9 +382,9 @@ class DecodePool:
         POOLED_IDS): its loop is ~1 us of Python per id (12 ms for 10 000) that, in the server's process, held the
         GIL in turns with the event loop while every other tenant's request waited (issue 37, fairness bench).
         The tenant's record key goes down the pool's pipe to the server's own child process, as the bodies do,
-        and is never stored there."""
+        and is never stored there.  Computed here while the pool's first process starts (``warm``)."""
         lines = "\n".join(ids)
-        if len(ids) < POOLED_IDS or lines.count("\n") != len(ids) - 1:  # ids with a newline (refused ones): here
+        if len(ids) < POOLED_IDS or lines.count("\n") != len(ids) - 1 or not self.warm():  # (a newline: refused)
             return commitment_digests(key, ids)
         _, digests = self._run("hash_ids", lines.encode(), key=key)
         flat = digests.tobytes()
@@ -368,6 +393,7 @@ class DecodePool:
     def shutdown(self) -> None:
         with self._lock:
             self._started = 0
+            self._ready = False
             while True:
                 try:
                     self._idle.get_nowait().stop()

@@ -289,7 +289,7 @@ def decode_inputs(request: Request, raw: bytes, content_type: str | None, tenant
             hashed = ctx.models.prediction.hashed_spec(tenant_id, model_id)
         except Problem:  # no such model: answered by the usual path, after the body's own checks, as before
             hashed = None
-        if hashed is not None:
+        if hashed is not None and pool.warm():  # (until the pool's first process is up: decoded here)
             return pool.hashed_inputs(kind, raw, content_type, hashed, ctx.settings.max_batch)
     pool = decode_pool_for(request, raw)
     if pool is not None:  # a large body: decoded in the decode pool
