@@ -293,7 +293,7 @@ def test_many_ids_are_committed_in_the_pool_with_the_same_digests(tenant, server
     calls: list = []
     run = pool._run
     monkeypatch.setattr(pool, "_run", lambda name, *a, **k: calls.append(name) or run(name, *a, **k))
-    assert pool.commitments(key, ids) == mine and calls == ["hash_ids"]
+    assert list(pool.commitments(key, ids)) == mine and calls == ["hash_ids"]
     assert pool.commitments(key, ids[:10]) == mine[:10] and calls == ["hash_ids"]
     odd = ids[:-1] + ["a\nb"]
     assert pool.commitments(key, odd) == records.commitment_digests(key, odd) and calls == ["hash_ids"]
@@ -330,6 +330,22 @@ def test_a_cold_pool_leaves_optional_work_here_until_its_first_process_answers()
         assert "hash_ids" not in calls
         _warm(pool)
         assert calls[0] == "ping"
-        assert pool.commitments(key, ids) == commitment_digests(key, ids) and calls[-1] == "hash_ids"
+        assert list(pool.commitments(key, ids)) == commitment_digests(key, ids) and calls[-1] == "hash_ids"
     finally:
         pool.shutdown()
+
+
+def test_packed_digests_read_as_the_list_they_pack():
+    from app.db.record_batches import PackedDigests, lookups_of, packed_digests
+
+    digests = [bytes([i]) * 32 for i in range(7)]
+    p = PackedDigests(b"".join(digests))
+    assert len(p) == 7 and list(p) == digests and p[-1] == digests[-1] and p[3] == digests[3]
+    assert list(p[2:5]) == digests[2:5] and list(p[5:2]) == [] and p[::2] == digests[::2]
+    assert packed_digests(p[1:4]) == b"".join(digests[1:4]) and packed_digests(digests) == p.packed
+    assert digests[4] in p and p.index(digests[6]) == 6
+    assert (lookups_of(p) == lookups_of(digests)).all()
+    with pytest.raises(IndexError):
+        p[7]
+    with pytest.raises(ValueError):
+        PackedDigests(b"x" * 33)

@@ -36,6 +36,7 @@ from starlette.exceptions import HTTPException
 
 from ..errors import Problem
 from ..features import HashedRows
+from ..db.record_batches import PackedDigests
 from ..services.records import commitment_digests
 from .learn_body import LearnBatch, _ColumnarFingerprint, parse_learn_body
 
@@ -377,7 +378,7 @@ class DecodePool:
         _, data, indices, indptr, shape, y = out
         return None, HashedRows(csr_array((data, indices, indptr), shape=shape), *hashed), y
 
-    def commitments(self, key: bytes, ids: list[str]) -> list[bytes]:
+    def commitments(self, key: bytes, ids: list[str]) -> "list[bytes] | PackedDigests":
         """Blocking: ``records.commitment_digests(key, ids)``, computed in the pool for many ids (at least
         POOLED_IDS): its loop is ~1 us of Python per id (12 ms for 10 000) that, in the server's process, held the
         GIL in turns with the event loop while every other tenant's request waited (issue 37, fairness bench).
@@ -387,8 +388,7 @@ class DecodePool:
         if len(ids) < POOLED_IDS or lines.count("\n") != len(ids) - 1 or not self.warm():  # (a newline: refused)
             return commitment_digests(key, ids)
         _, digests = self._run("hash_ids", lines.encode(), key=key)
-        flat = digests.tobytes()
-        return [flat[i : i + 32] for i in range(0, len(flat), 32)]
+        return PackedDigests(digests.tobytes())  # never sliced into 10 000 bytes objects unless read one by one
 
     def shutdown(self) -> None:
         with self._lock:

@@ -67,7 +67,7 @@ _SET_MACS = update(_BATCHES).where(_BATCHES.c.id == bindparam("bid")).values(exa
 
 def lookups_of(digests: Sequence[bytes] | bytes) -> np.ndarray:
     """Each commitment's first 8 bytes as a signed big-endian integer (== ``tenants.lookup_key`` of its hex)."""
-    packed = digests if isinstance(digests, bytes) else b"".join(digests)
+    packed = digests if isinstance(digests, bytes) else packed_digests(digests)
     return np.frombuffer(packed, dtype=">i8").reshape(-1, DIGEST // 8)[:, 0].astype(np.int64)
 
 
@@ -149,6 +149,38 @@ class RecordIndex:
                     out.append((int(order[h]), int(pos[j])))
                     j += 1
         return out
+
+
+class PackedDigests(Sequence[bytes]):
+    """32-byte digests stored end to end in one bytes object (``packed``): what the decode pool answers for many
+    commitments, used as the list of digests it stands for without slicing each one out (``RecordBook.find`` takes
+    ``packed`` as it is)."""
+
+    def __init__(self, packed: bytes):
+        if len(packed) % 32:
+            raise ValueError("packed digests must be whole 32-byte digests")
+        self.packed = packed
+
+    def __len__(self) -> int:
+        return len(self.packed) // 32
+
+    def __getitem__(self, i):
+        n = len(self)
+        if isinstance(i, slice):
+            a, b, step = i.indices(n)
+            if step != 1:
+                return [self[k] for k in range(a, b, step)]
+            return PackedDigests(self.packed[a * 32 : max(a, b) * 32])
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("digest index out of range")
+        return self.packed[i * 32 : (i + 1) * 32]
+
+
+def packed_digests(digests: Sequence[bytes]) -> bytes:
+    """The digests end to end (``PackedDigests`` keep theirs so)."""
+    return digests.packed if isinstance(digests, PackedDigests) else b"".join(digests)
 
 
 @dataclass
@@ -260,7 +292,7 @@ class RecordBook:
         read earlier in the same transaction under the model's lock; when the index is complete for it, the
         catch-up query is skipped (every write of a model bumps its version)."""
         idx = self._index(model_id)
-        packed = b"".join(digests)
+        packed = packed_digests(digests)
         lookups = lookups_of(packed)
         with idx.lock:
             if version is None or idx.version != version:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..db.record_batches import packed_digests
 from ..errors import Problem
 from ..registry import spec_from_json
 from ..unlearning import engine_class
@@ -146,7 +147,7 @@ class OperationStarts(UseCase):
             by_id = {e[0]: [e[1], e[2], e[3] if len(e) > 3 else None] for e in examples or ()}
             kept = [by_id[rid] for rid in ids]
         batch = int(engine.spec.hyperparameters.get("max_forget_batch") or self.settings.max_batch)
-        chunks = [{"start": a, "digests": b"".join(digests[a : a + batch]),
+        chunks = [{"start": a, "digests": packed_digests(digests[a : a + batch]),
                    "examples": None if kept is None else kept[a : a + batch]} for a in range(0, len(ids), batch)]
         return self._create(tenant_id, model_id, "unlearn", len(ids), chunks, guard)
 
@@ -171,6 +172,6 @@ class OperationStarts(UseCase):
                           f"examples and has learned {engine.step}: it can learn {left} more.")
         Xv, yv = np.asarray(Xv, dtype=np.float64), np.asarray(yv, dtype=np.float64)
         batch = int(engine.learn_batch_limit() or self.settings.max_batch)
-        chunks = [{"start": a, "digests": b"".join(digests[a : a + batch]), "X": Xv[a : a + batch],
+        chunks = [{"start": a, "digests": packed_digests(digests[a : a + batch]), "X": Xv[a : a + batch],
                    "y": yv[a : a + batch]} for a in range(0, len(ids), batch)]
         return self._create(tenant_id, model_id, "learn", len(ids), chunks, guard)
