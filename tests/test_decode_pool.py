@@ -302,7 +302,8 @@ def test_many_ids_are_committed_in_the_pool_with_the_same_digests(tenant, server
     mid = create_model(c, dim=4)["id"]
     X = unit_rows(dp.POOLED_IDS, 4, seed=5)
     names = [f"r{i}" for i in range(dp.POOLED_IDS)]
-    r = c.post(f"/v1/models/{mid}/learn", json={"ids": names, "x": X.tolist(), "y": [float(i % 2) for i in range(len(names))]})
+    labels = [float(i % 2) for i in range(len(names))]
+    r = c.post(f"/v1/models/{mid}/learn", json={"ids": names, "x": X.tolist(), "y": labels})
     assert r.status_code == 200, r.text
     assert calls == ["hash_ids", "hash_ids"]
     missing = c.post(f"/v1/models/{mid}/unlearn", json={"ids": [f"never{i}" for i in range(dp.POOLED_IDS)]})

@@ -90,9 +90,9 @@ def decode_json(kind: str, raw: bytes, content_type: str | None, fingerprint: bo
                 hashed: tuple[dict, float] | None = None, max_batch: int = 0) -> tuple:
     """In the pool's process: a predict, evaluate or unlearn body parsed as in this process (app/api/json_body.py)
     and sent back light: dense vectors as arrays, dictionaries as dicts, an unlearn's fingerprint JSON if asked.
-    A predict or an evaluate for a hashed model (``hashed``: its feature spec and radius) comes back with its dictionaries hashed
-    here into sparse rows (``features.sparse_rows``: the CSR arrays), at most ``max_batch`` of them (more: as
-    dicts, refused by the service as any batch too large)."""
+    A predict or an evaluate for a hashed model (``hashed``: its feature spec and radius) comes back with its
+    dictionaries hashed here into sparse rows (``features.sparse_rows``: the CSR arrays), at most ``max_batch`` of
+    them (more: as dicts, refused by the service as any batch too large)."""
     from ..schemas import PredictRequest, UnlearnRequest
     from ..schemas.evaluation import EvaluateRequest
     from .json_body import parse
@@ -384,8 +384,8 @@ class DecodePool:
         GIL in turns with the event loop while every other tenant's request waited (issue 37, fairness bench).
         The tenant's record key goes down the pool's pipe to the server's own child process, as the bodies do,
         and is never stored there.  Computed here while the pool's first process starts (``warm``)."""
-        lines = "\n".join(ids)
-        if len(ids) < POOLED_IDS or lines.count("\n") != len(ids) - 1 or not self.warm():  # (a newline: refused)
+        lines = "\n".join(ids) if len(ids) >= POOLED_IDS else ""
+        if not lines or lines.count("\n") != len(ids) - 1 or not self.warm():  # (an id with a newline is refused)
             return commitment_digests(key, ids)
         _, digests = self._run("hash_ids", lines.encode(), key=key)
         return PackedDigests(digests.tobytes())  # never sliced into 10 000 bytes objects unless read one by one
