@@ -63,6 +63,11 @@ def test_large_learn_bodies_are_decoded_in_the_pool(tenant, pool_only, monkeypat
             super().__init__(chunks)
             received.append(self.size)
     monkeypatch.setattr(model_routes, "Chunks", Watched)
+
+    def elsewhere(*_a, **_k):
+        raise AssertionError("a pooled body's commitments were computed again")
+
+    monkeypatch.setattr(pool_only.models.core, "commitments", elsewhere)  # they come with the decoded body
     _, c = tenant
     mid = create_model(c, dim=8)["id"]
     step = 0
@@ -106,12 +111,16 @@ def test_refusals_from_the_pool_are_the_in_process_ones(tenant, server, pool_onl
 
 
 def test_decode_learn_sends_rows_back_as_arrays():
+    from app.services.records import commitment_digests
+
     X = unit_rows(5, 3)
     raw = json.dumps({"examples": [{"id": f"a{i}", "x": x, "y": 1} for i, x in enumerate(X.tolist())]}).encode()
     out = decode_learn(raw, "application/json", fingerprint=True)
     assert out[0] == "examples" and isinstance(out[2], np.ndarray) and np.array_equal(out[2], X)
     batch = _answer(out)
-    assert batch.ids == [f"a{i}" for i in range(5)] and batch.F is None
+    assert batch.ids == [f"a{i}" for i in range(5)] and batch.F is None and batch.digests is None
+    keyed = _answer(decode_learn(raw, "application/json", fingerprint=False, key=b"k" * 32))
+    assert list(keyed.digests) == commitment_digests(b"k" * 32, batch.ids)  # the commitments, computed there
     assert json.loads(batch.model.model_dump_json())["examples"][0]["y"] == 1.0
 
 
@@ -134,6 +143,7 @@ def test_large_predict_evaluate_and_unlearn_bodies_are_decoded_in_the_pool(tenan
 
     monkeypatch.setattr(server.app.state.ctx.settings, "decode_process_bytes", 1024)
     monkeypatch.setattr(model_routes, "parse_json_body", refuse)  # predict's and evaluate's (decode_inputs)
+    monkeypatch.setattr(server.app.state.ctx.models.core, "commitments", refuse)  # the forget's: from the pool
     assert c.post(f"/v1/models/{mid}/predict", content=predict, headers=json_type).json() == here["predict"]
     pooled = c.post(f"/v1/models/{mid}/evaluate", content=evaluate, headers=json_type).json()
     assert {k: v for k, v in pooled.items() if k != "evaluated_at"} == {

@@ -70,8 +70,9 @@ def _rows(X: Any) -> Any:
     return X
 
 
-def decode_learn(raw: bytes, content_type: str | None, fingerprint: bool) -> tuple:
-    """In the pool's process: ``parse_learn_body`` and what the parent needs of it, refusals included."""
+def decode_learn(raw: bytes, content_type: str | None, fingerprint: bool, key: bytes | None = None) -> tuple:
+    """In the pool's process: ``parse_learn_body`` and what the parent needs of it, refusals included; with the
+    tenant's record ``key``, the ids' commitments too (``_digests``)."""
     try:
         batch = parse_learn_body(raw, content_type)
     except RequestValidationError as e:
@@ -81,18 +82,31 @@ def decode_learn(raw: bytes, content_type: str | None, fingerprint: bool) -> tup
     except HTTPException as e:
         return ("http", e.status_code, e.detail)
     if isinstance(batch.model, _ColumnarFingerprint):
-        return ("columnar", batch.ids, batch.X, batch.y)
+        return ("columnar", batch.ids, batch.X, batch.y, _digests(key, batch.ids))
     text = batch.model.model_dump_json() if fingerprint else None
-    return ("examples", batch.ids, _rows(batch.X), batch.y, batch.F, text)
+    return ("examples", batch.ids, _rows(batch.X), batch.y, batch.F, text, _digests(key, batch.ids))
+
+
+def _digests(key: bytes | None, ids: list) -> np.ndarray | None:
+    """``commitment_digests(key, ids)`` as one (n, 32) uint8 array (None without a key), computed where the ids
+    were decoded: the HMAC loop, ~1 us of Python per id, off the server's GIL, and no second trip to the pool."""
+    if key is None:
+        return None
+    return np.frombuffer(b"".join(commitment_digests(key, ids)), dtype=np.uint8).reshape(len(ids), 32)
+
+
+def _packed(digests: np.ndarray | None) -> "PackedDigests | None":
+    return None if digests is None else PackedDigests(digests.tobytes())
 
 
 def decode_json(kind: str, raw: bytes, content_type: str | None, fingerprint: bool,
-                hashed: tuple[dict, float] | None = None, max_batch: int = 0) -> tuple:
+                hashed: tuple[dict, float] | None = None, max_batch: int = 0, key: bytes | None = None) -> tuple:
     """In the pool's process: a predict, evaluate or unlearn body parsed as in this process (app/api/json_body.py)
     and sent back light: dense vectors as arrays, dictionaries as dicts, an unlearn's fingerprint JSON if asked.
     A predict or an evaluate for a hashed model (``hashed``: its feature spec and radius) comes back with its
     dictionaries hashed here into sparse rows (``features.sparse_rows``: the CSR arrays), at most ``max_batch`` of
-    them (more: as dicts, refused by the service as any batch too large)."""
+    them (more: as dicts, refused by the service as any batch too large).  An unlearn's ids come with their
+    commitments under the tenant's record ``key`` when it is given (``_digests``)."""
     from ..schemas import PredictRequest, UnlearnRequest
     from ..schemas.evaluation import EvaluateRequest
     from .json_body import parse
@@ -107,7 +121,7 @@ def decode_json(kind: str, raw: bytes, content_type: str | None, fingerprint: bo
     if kind == "unlearn":
         examples = body.resent()
         text = body.model_dump_json(exclude=model.UNFINGERPRINTED) if fingerprint else None
-        return ("unlearn", list(body.ids), examples, text)
+        return ("unlearn", list(body.ids), examples, text, _digests(key, body.ids))
     features = body.feature_dicts()
     y = list(body.y) if kind == "evaluate" else None
     if hashed is not None and features is not None and len(features) <= max_batch:
@@ -137,12 +151,13 @@ def hash_ids(raw: bytes, key: bytes) -> tuple:
 
 
 class UnlearnBody(_Fingerprint):
-    """An unlearn body decoded in the pool: its ids, and its fingerprint as ``UnlearnRequest`` gives it."""
+    """An unlearn body decoded in the pool: its ids (and their commitments, when asked), and its fingerprint as
+    ``UnlearnRequest`` gives it."""
     UNFINGERPRINTED = {"examples"}
 
-    def __init__(self, ids: list[str], text: str | None):
+    def __init__(self, ids: list[str], text: str | None, digests: "PackedDigests | None" = None):
         super().__init__(text)
-        self.ids = ids
+        self.ids, self.digests = ids, digests
 
 
 def _refused(out: tuple) -> tuple:
@@ -160,10 +175,10 @@ def _refused(out: tuple) -> tuple:
 def _answer(out: tuple) -> LearnBatch:
     kind = _refused(out)[0]
     if kind == "columnar":
-        _, ids, X, y = out
-        return LearnBatch(ids, X, y, _ColumnarFingerprint(ids, X, y))
-    _, ids, X, y, F, text = out
-    return LearnBatch(ids, X, y, _Fingerprint(text), F)
+        _, ids, X, y, digests = out
+        return LearnBatch(ids, X, y, _ColumnarFingerprint(ids, X, y), digests=_packed(digests))
+    _, ids, X, y, F, text, digests = out
+    return LearnBatch(ids, X, y, _Fingerprint(text), F, digests=_packed(digests))
 
 
 POOLED_IDS = 1_000  # commitments of at least this many ids are computed in the pool (DecodePool.commitments)
@@ -349,15 +364,19 @@ class DecodePool:
             raise RuntimeError(f"decoding in the pool failed: {out[1]}")
         return out
 
-    def learn_body(self, raw: bytes, content_type: str | None, fingerprint: bool) -> LearnBatch:
-        """Blocking (call it from a worker thread): the learn body decoded in the pool."""
-        return _answer(self._run("decode_learn", raw, content_type=content_type, fingerprint=fingerprint))
+    def learn_body(self, raw: bytes, content_type: str | None, fingerprint: bool,
+                   key: bytes | None = None) -> LearnBatch:
+        """Blocking (call it from a worker thread): the learn body decoded in the pool, and with the tenant's
+        record ``key`` its ids' commitments (``LearnBatch.digests``)."""
+        return _answer(self._run("decode_learn", raw, content_type=content_type, fingerprint=fingerprint, key=key))
 
-    def unlearn_body(self, raw: bytes, content_type: str | None, fingerprint: bool) -> tuple:
-        """Blocking: (body with ``ids`` and the fingerprint, examples as the route passes them on)."""
-        _, ids, examples, text = _refused(self._run("decode_json", raw, kind="unlearn", content_type=content_type,
-                                                    fingerprint=fingerprint))
-        return UnlearnBody(ids, text), examples
+    def unlearn_body(self, raw: bytes, content_type: str | None, fingerprint: bool,
+                     key: bytes | None = None) -> tuple:
+        """Blocking: (body with ``ids``, their commitments under ``key`` if given, and the fingerprint; examples as
+        the route passes them on)."""
+        _, ids, examples, text, digests = _refused(self._run(
+            "decode_json", raw, kind="unlearn", content_type=content_type, fingerprint=fingerprint, key=key))
+        return UnlearnBody(ids, text, _packed(digests)), examples
 
     def inputs(self, kind: str, raw: bytes, content_type: str | None) -> tuple:
         """Blocking: a predict's or an evaluate's (x, features, y) decoded in the pool (y None for predict)."""

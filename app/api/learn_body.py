@@ -36,6 +36,7 @@ class LearnBatch:
     y: Any
     model: Any  # what the idempotency fingerprint is computed from (``model_dump_json``)
     F: list | None = None  # per example, its feature dictionary or None (per-example shape only)
+    digests: Any = None  # the ids' commitments when computed where the body was decoded (the decode pool), else None
 
 
 class _ColumnarFingerprint:

@@ -117,12 +117,12 @@ async def learn(model_id: ModelId, request: Request, p: Writer, raw: Annotated[b
     models = get_ctx(request).models
 
     def work():
-        batch = _learn_batch(request, raw)
+        batch = _learn_batch(request, raw, p.tenant_id)
         started = operations.start_learn(request, p.tenant_id, model_id, batch)  # 202: long work (api/operations.py)
         if started is not None:
             return started
         return idempotent.run(request, p.tenant_id, batch.model, LearnResponse, 200, lambda guard: models.learning.learn(
-            p.tenant_id, model_id, batch.ids, batch.X, batch.y, guard, batch.F))
+            p.tenant_id, model_id, batch.ids, batch.X, batch.y, guard, batch.F, digests=batch.digests))
 
     return await _compute(request, p.tenant_id, work)
 
@@ -135,11 +135,12 @@ def decode_pool_for(request: Request, raw: bytes):
     return pool if pool is not None and len(raw) > ctx.settings.decode_process_bytes else None
 
 
-def _learn_batch(request: Request, raw: bytes):
-    """The learn body decoded, in the decode pool when it is large."""
+def _learn_batch(request: Request, raw: bytes, tenant_id: str):
+    """The learn body decoded, in the decode pool when it is large, with its ids' commitments computed there."""
     pool, content_type = decode_pool_for(request, raw), request.headers.get("content-type")
     if pool is not None:
-        return pool.learn_body(raw, content_type, fingerprint=idempotent.HEADER in request.headers)
+        return pool.learn_body(raw, content_type, fingerprint=idempotent.HEADER in request.headers,
+                               key=get_ctx(request).models.learning.record_key(tenant_id))
     return parse_learn_body(raw, content_type)
 
 
@@ -204,8 +205,9 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer, raw: Annotated
 
     def work(body: UnlearnRequest | None):
         pool = None if body is not None else decode_pool_for(request, raw)
-        if pool is not None:  # a large body: decoded in the decode pool
-            body, examples = pool.unlearn_body(raw, content_type, fingerprint=idempotent.HEADER in request.headers)
+        if pool is not None:  # a large body: decoded in the decode pool, its ids' commitments computed there
+            body, examples = pool.unlearn_body(raw, content_type, fingerprint=idempotent.HEADER in request.headers,
+                                               key=models.forgetting.record_key(p.tenant_id))
         else:
             if body is None:
                 body = parse_json_body(UnlearnRequest, raw, content_type)
@@ -214,7 +216,7 @@ async def unlearn(model_id: ModelId, request: Request, p: Writer, raw: Annotated
         if started is not None:
             return started
         return idempotent.run(request, p.tenant_id, body, UnlearnResponse, 200, lambda guard: models.forgetting.unlearn(
-            p.tenant_id, model_id, list(body.ids), guard, examples))
+            p.tenant_id, model_id, list(body.ids), guard, examples, digests=getattr(body, "digests", None)))
 
     # a body above the inline bound is decoded and validated on the worker thread too, in the tenant's turn
     # (issue 37, F5-G: a 19 MiB body decoded on the event loop stalled every other tenant); a small one is decoded

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hmac
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from sqlalchemy import insert
 
@@ -43,7 +43,9 @@ def spent_problem(slug: str, model_id: str, engine, why: str) -> Problem:
 
 class Forgetting(UseCase):
     def unlearn(self, tenant_id: str, model_id: str, ids: list[str], guard=None,
-                examples: list[tuple] | None = None) -> dict[str, Any]:
+                examples: list[tuple] | None = None, digests: Sequence[bytes] | None = None) -> dict[str, Any]:
+        """Forget ``ids`` (``digests``: their commitments under the tenant's record key when computed already, by
+        the decode pool)."""
         self._check_batch(len(ids))
         if len(set(ids)) != len(ids):
             raise Problem(422, "validation-error", "Each record id may appear only once in an unlearn request.")
@@ -58,12 +60,12 @@ class Forgetting(UseCase):
                         raise spent_problem("retrain-required", model_id, engine,
                                             "The model can certify no further deletion")
                 key = self._record_key(s, tenant_id)
-                digests = self._commitments(key, ids)
-                learned, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
+                commits_of = digests if digests is not None else self._commitments(key, ids)
+                learned, probe = self.records.find(s.connection(), model_id, commits_of, version=row.version)
                 missing = next((i for i in range(len(ids)) if i not in learned), None)
                 if missing is not None:
                     raise Problem(404, "record-not-found", f"Record {ids[missing]!r} was never learned by this model.")
-                commits = [d.hex() for d in digests]
+                commits = [d.hex() for d in commits_of]
                 lookups = probe.lookups.tolist()  # computed once by find
                 forgotten = _forgotten(s, model_id, commits, lookups)
                 gone = next((i for i, c in enumerate(commits) if c in forgotten), None)

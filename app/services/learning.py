@@ -5,7 +5,7 @@ A service of its own over the shared ``ModelCore`` (app/services/model_core.py);
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from sqlalchemy import insert
@@ -55,8 +55,9 @@ def capacity_problem(engine, left: int) -> Problem:
 
 class Learning(UseCase):
     def learn(self, tenant_id: str, model_id: str, ids: list[str], X: Any, y: Any, guard=None,
-              F: list | None = None) -> dict[str, Any]:
-        """Learn ``ids`` with dense rows ``X`` or, per example, feature dictionaries ``F`` (models with a spec)."""
+              F: list | None = None, digests: Sequence[bytes] | None = None) -> dict[str, Any]:
+        """Learn ``ids`` with dense rows ``X`` or, per example, feature dictionaries ``F`` (models with a spec).
+        ``digests``: the ids' commitments under the tenant's record key when computed already (the decode pool)."""
         self._check_batch(len(ids))
         check_distinct(ids)
         rows: list = []  # the request's (X, y) once checked against the model's spec (it never changes)
@@ -69,8 +70,8 @@ class Learning(UseCase):
                     rows.append(self._learn_rows(spec, X, y, F))
                 Xv, yv = rows[0]
                 key = self._record_key(s, tenant_id)
-                digests = self._commitments(key, ids)
-                held, probe = self.records.find(s.connection(), model_id, digests, version=row.version)
+                commits = digests if digests is not None else self._commitments(key, ids)
+                held, probe = self.records.find(s.connection(), model_id, commits, version=row.version)
                 if held:
                     raise Problem(409, "duplicate-record", f"Record id {ids[min(held)]!r} was already used in this "
                                   "model.")

@@ -416,6 +416,15 @@ class UseCase:
         if n > self.settings.max_batch:
             raise Problem(413, "batch-too-large", f"At most {self.settings.max_batch} items per request.")
 
+    def record_key(self, tenant_id: str) -> bytes:
+        """The tenant's record key (``_record_key``) outside a request's transaction: for the decode pool, which
+        computes a large body's commitments where it decodes the body (app/api/decode_pool.py)."""
+        key = self._record_keys.get(tenant_id)
+        if key is None:
+            with self.db.read() as s:
+                key = self._record_key(s, tenant_id)
+        return key
+
     def _record_key(self, s, tenant_id: str) -> bytes:
         """The tenant's HMAC key for record commitments, kept per process once opened (it never changes; a
         re-seal under a new encryption key seals the same key)."""
