@@ -360,3 +360,30 @@ def test_packed_digests_read_as_the_list_they_pack():
         p[7]
     with pytest.raises(ValueError):
         PackedDigests(b"x" * 33)
+
+
+def test_a_pool_that_cannot_start_is_not_retried_on_every_request(monkeypatch):
+    """``warm`` after a failed start: no new process for WARM_RETRY_S (each try spawns one), the work stays here."""
+    import time
+
+    from app.api import decode_pool as dp
+
+    pool = dp.DecodePool(1)
+    tries: list = []
+
+    def broken(name, *_a, **_k):
+        tries.append(name)
+        raise dp.Problem(503, "not-ready", "no process")
+
+    monkeypatch.setattr(pool, "_run", broken)
+    assert pool.warm() is False
+    deadline = time.monotonic() + 10
+    while pool._warming and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tries == ["ping"] and pool._retry_at > time.monotonic()
+    assert [pool.warm() for _ in range(20)] == [False] * 20 and tries == ["ping"]
+    monkeypatch.setattr(pool, "_retry_at", 0.0)  # the wait is over: one more try
+    pool.warm()
+    while pool._warming and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tries == ["ping", "ping"]

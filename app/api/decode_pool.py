@@ -27,6 +27,7 @@ import os
 import queue
 import struct
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -181,6 +182,7 @@ def _answer(out: tuple) -> LearnBatch:
     return LearnBatch(ids, X, y, _Fingerprint(text), F, digests=_packed(digests))
 
 
+WARM_RETRY_S = 30.0  # a pool whose process failed to start is not started again by warm() for this long
 POOLED_IDS = 1_000  # commitments of at least this many ids are computed in the pool (DecodePool.commitments)
 ARRAY_BYTES = 64 << 10  # a result array at least this large comes back as raw bytes, not pickled
 
@@ -302,6 +304,7 @@ class DecodePool:
         self._lock = threading.Lock()
         self._ready = False  # a process has answered (warm)
         self._warming = False
+        self._retry_at = 0.0  # after a failed start, warm() starts none before this (time.monotonic)
 
     def warm(self) -> bool:
         """Whether a pool process has answered already; if not, one is started in the background and False is
@@ -310,7 +313,7 @@ class DecodePool:
         if self._ready:
             return True
         with self._lock:
-            if self._warming:
+            if self._warming or time.monotonic() < self._retry_at:
                 return False
             self._warming = True
         threading.Thread(target=self._warm, name="olu-decode-start", daemon=True).start()
@@ -320,8 +323,8 @@ class DecodePool:
         try:
             self._run("ping", b"")
             self._ready = True
-        except Exception:  # noqa: BLE001 - not started: the next warm() tries again; meanwhile work stays here
-            pass
+        except Exception:  # noqa: BLE001 - not started: tried again after WARM_RETRY_S; meanwhile work stays here
+            self._retry_at = time.monotonic() + WARM_RETRY_S
         finally:
             self._warming = False
 
