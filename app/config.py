@@ -110,9 +110,10 @@ class Settings(BaseSettings):
         description="Request bodies larger than this (bytes) are decoded and validated in a separate process (a "
                     "pool of decode_processes), from the worker thread holding the tenant's turn: decoding a large "
                     "body is one long C call that holds the GIL, and stalled every other tenant's requests (issue "
-                    "37, F5-G; app/api/decode_pool.py). With the pool on, a hashed model's predict and evaluate "
-                    "bodies too large for the event loop are also decoded and hashed there whatever their size, and "
-                    "the commitments of 1 000 ids or more computed there; 0: no pool, all of it in this process.")
+                    "37, F5-G; app/api/decode_pool.py). With the pool on, a hashed model's evaluate bodies and its "
+                    "predict bodies too large for the event loop are also decoded and hashed there whatever their "
+                    "size, and the commitments of 1 000 ids or more computed there; 0: no pool, all of it in this "
+                    "process.")
     decode_processes: int = Field(
         2, ge=1, le=64, description="Processes of the decode pool (started at the first large body).")
     gil_switch_interval: float = Field(
