@@ -147,8 +147,7 @@ def _hashed(features: list, spec: dict, x_norm: float) -> tuple:
 def hash_ids(raw: bytes, key: bytes) -> tuple:
     """In the pool's process: the commitments (``records.commitment_digests``) of the ids in ``raw``, one per line
     (a record id holds no control character), as one (n, 32) uint8 array."""
-    digests = commitment_digests(key, raw.decode().split("\n"))
-    return ("digests", np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(len(digests), 32))
+    return ("digests", _digests(key, raw.decode().split("\n")))
 
 
 class UnlearnBody(_Fingerprint):
@@ -406,11 +405,13 @@ class DecodePool:
         GIL in turns with the event loop while every other tenant's request waited (issue 37, fairness bench).
         The tenant's record key goes down the pool's pipe to the server's own child process, as the bodies do,
         and is never stored there.  Computed here while the pool's first process starts (``warm``)."""
-        lines = "\n".join(ids) if len(ids) >= POOLED_IDS else ""
-        if not lines or lines.count("\n") != len(ids) - 1 or not self.warm():  # (an id with a newline is refused)
+        if len(ids) < POOLED_IDS or not self.warm():
+            return commitment_digests(key, ids)
+        lines = "\n".join(ids)
+        if lines.count("\n") != len(ids) - 1:  # an id with a newline (refused by the request's checks): here
             return commitment_digests(key, ids)
         _, digests = self._run("hash_ids", lines.encode(), key=key)
-        return PackedDigests(digests.tobytes())  # never sliced into 10 000 bytes objects unless read one by one
+        return _packed(digests)  # never sliced into 10 000 bytes objects unless read one by one
 
     def shutdown(self) -> None:
         with self._lock:
