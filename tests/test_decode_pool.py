@@ -387,3 +387,27 @@ def test_a_pool_that_cannot_start_is_not_retried_on_every_request(monkeypatch):
     while pool._warming and time.monotonic() < deadline:
         time.sleep(0.01)
     assert tries == ["ping", "ping"]
+
+
+def test_a_models_hashed_spec_is_read_once(tenant, server, monkeypatch):
+    """``Prediction.hashed_spec`` (asked for every predict body too large for the event loop, dense models too)
+    reads a model's spec once: later large predicts make no read beyond the predict's own."""
+    from app.services.prediction import Prediction
+
+    prediction = server.app.state.ctx.models.prediction
+    reads: list = []
+    lookup = Prediction._lookup
+    monkeypatch.setattr(Prediction, "_lookup", lambda self, *a, **k: reads.append(a) or lookup(self, *a, **k))
+    _, c = tenant
+    mid = create_model(c, dim=8)["id"]
+    X = unit_rows(100, 8, seed=4)
+    assert c.post(f"/v1/models/{mid}/learn", json={"ids": [f"s{i}" for i in range(100)], "x": X.tolist(),
+                                                   "y": [float(i % 2) for i in range(100)]}).status_code == 200
+    body = json.dumps({"x": X.tolist()}).encode()
+    assert len(body) > prediction.INLINE_BODY_BYTES
+    answers = [c.post(f"/v1/models/{mid}/predict", content=body, headers={"content-type": "application/json"})
+               for _ in range(3)]
+    assert [r.status_code for r in answers] == [200] * 3
+    assert server.app.state.ctx.decode_pool is not None  # (hashed_spec is asked only with a pool)
+    assert len(reads) == 4  # the spec once, then one read per predict
+    assert prediction.hashed_spec(*reads[0][:2]) is None and len(reads) == 4  # kept: a dense model

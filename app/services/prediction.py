@@ -31,6 +31,10 @@ class Prediction(UseCase):
     INLINE_BODY_BYTES = 4_096  # 16 KiB before: 1 000 hashed rows' JSON (13 KB) was parsed and validated on the loop (~1 ms)
     INLINE_HASHED_ROWS = 64  # a hashed row's tokens are hashed in Python (~5 us each): 64 rows, ~0.3 ms on the loop
 
+    def __init__(self, core):
+        super().__init__(core)
+        self._hashed_specs: dict[tuple[str, str], tuple[dict, float] | None] = {}  # hashed_spec, per model
+
     def predict_inline(self, X: list[list[float]]) -> bool:
         """Whether ``predict(..., inline=True)`` may run on the event loop: on SQLite (one indexed read of the
         model row on this thread's own connection, ~0.1 ms; a WAL reader never waits for a writer) and for
@@ -70,9 +74,17 @@ class Prediction(UseCase):
     def hashed_spec(self, tenant_id: str, model_id: str) -> tuple[dict, float] | None:
         """(feature spec, x_norm) when the model scores feature dictionaries as sparse hashed rows (a feature spec,
         no feature map), so that a large body's dictionaries may be hashed where it is decoded (the decode pool:
-        app/api/decode_pool.py); else None.  A model's spec never changes (404 for no such model)."""
+        app/api/decode_pool.py); else None.  A model's spec never changes, so the answer is kept per model: only a
+        model's first large predict or evaluate reads it (404 for no such model, not kept)."""
+        known = self._hashed_specs.get((tenant_id, model_id), False)
+        if known is not False:
+            return known
         spec = self._lookup(tenant_id, model_id)[1][0]
-        return (spec.features, spec.x_norm) if spec.features is not None and spec.feature_map is None else None
+        hashed = (spec.features, spec.x_norm) if spec.features is not None and spec.feature_map is None else None
+        if len(self._hashed_specs) >= 10_000:
+            self._hashed_specs.clear()
+        self._hashed_specs[(tenant_id, model_id)] = hashed
+        return hashed
 
     def predict(self, tenant_id: str, model_id: str, X: list[list[float]] | None, inline: bool = False,
                 features: "list | HashedRows | None" = None) -> dict[str, Any]:
